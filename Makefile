@@ -1,0 +1,53 @@
+# gpuspark — set-up, tests, demo. `make demo` and `make test` are all a fresh machine needs.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.gpuspark-installed
+TORCH_CPU := torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-all demo lint java clean
+
+setup: $(STAMP)
+
+# Java >= 17 is needed by Spark 4. Installed with apt when missing and we are root.
+java:
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	    echo "gpuspark: Java >= 17 not found (got '$${v:-none}'); installing openjdk-17-jre-headless"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	  else \
+	    echo "gpuspark: Spark 4 needs Java >= 17 (found '$${v:-none}'): install openjdk-17-jre-headless or set JAVA_HOME" >&2; exit 1; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml constraints.txt | java
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "gpuspark: NVIDIA driver found: installing the CUDA build of torch"; \
+	  $(BIN)/python -m pip install -q "torch>=2.4"; \
+	else \
+	  $(BIN)/python -m pip install -q $(TORCH_CPU); \
+	fi
+	@$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+test: setup
+	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-all: setup
+	@$(BIN)/python -m pytest -m "" $(PYTEST_ARGS)
+
+demo: setup
+	@$(BIN)/gpuspark demo
+
+lint: setup
+	@$(BIN)/ruff check src tests benchmarks
+	@$(BIN)/ruff format --check src tests benchmarks
+	@$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,1 @@
+"""The ``gpuspark`` command: thin typer commands over the library."""

@@ -1,0 +1,44 @@
+"""Options and output helpers shared by the CLI commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+MasterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--master",
+        help="Spark master URL (spark://, yarn, k8s://, local[*]); default: the embedded cluster.",
+    ),
+]
+
+
+def print_json(obj: Any) -> None:
+    """Write ``obj`` as indented JSON to stdout."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Print a rich table to stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    Console().print(table)
+
+
+def echo(message: str) -> None:
+    """Print one line to stdout (rich markup allowed)."""
+    from rich.console import Console
+
+    Console().print(message, highlight=False)

@@ -1,0 +1,87 @@
+"""Entry point of the ``gpuspark`` command.
+
+Each command group lives in its own module and is registered here; a command parses, calls
+one library function and prints a table or ``--json``. Known errors become one line and exit
+code 1 (``GPUSPARK_DEBUG=1`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Annotated
+
+import typer
+
+from gpuspark import __version__
+from gpuspark.errors import GpusparkError
+
+app = typer.Typer(
+    name="gpuspark",
+    help="Spark + PyTorch DDP on shared GPU clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuspark {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+    ] = False,
+) -> None:
+    """Spark + PyTorch DDP on shared GPU clusters."""
+
+
+def _register() -> None:
+    """Attach every command group (imports stay light: heavy ones live inside commands)."""
+    from gpuspark.cli import commands
+
+    commands.register(app)
+
+
+_register()
+
+
+def _report(exc: BaseException) -> int:
+    if os.environ.get("GPUSPARK_DEBUG") == "1":
+        traceback.print_exception(exc)
+    sys.stderr.write(f"error: {exc}\n")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return the exit code."""
+    try:
+        # With standalone_mode=False click returns the exit code of typer.Exit(n).
+        rc = app(args=argv, standalone_mode=False)
+    except GpusparkError as exc:
+        return _report(exc)
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+        return _report(exc)
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        return 1
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return rc if isinstance(rc, int) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,494 @@
+"""The embedded Spark standalone cluster: a real master and N workers as child processes.
+
+Each worker advertises GPU addresses through its own discovery script, so every GPU belongs
+to exactly one worker. With NVIDIA GPUs present (``nvidia-smi -L``) the real indices are split
+between the workers; without them the workers advertise *simulated* slots so Spark's GPU
+scheduling path (``spark.*.resource.gpu.*``, fractional task amounts, barrier stages) still
+runs. Every status says which.
+
+State (pids, ports, log files) lives in a state directory, default ``~/.gpuspark/cluster``,
+overridable with ``GPUSPARK_STATE_DIR`` or the ``state_dir`` argument. ``down`` stops exactly
+the process groups that ``up`` started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuspark.errors import ClusterError
+
+__all__ = [
+    "ClusterState",
+    "LocalCluster",
+    "WorkerState",
+    "default_state_dir",
+    "detect_gpus",
+    "spark_home",
+]
+
+STATE_FILE = "cluster.json"
+_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+
+
+def default_state_dir() -> Path:
+    """``$GPUSPARK_STATE_DIR`` or ``~/.gpuspark/cluster``."""
+    env = os.environ.get("GPUSPARK_STATE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".gpuspark" / "cluster"
+
+
+def spark_home() -> Path:
+    """The Spark distribution bundled with pyspark (``bin/spark-class``, ``jars/``)."""
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    if not (home / "bin" / "spark-class").exists():
+        raise ClusterError(
+            f"pyspark at {home} has no bin/spark-class",
+            remedy="reinstall pyspark from PyPI (pip install 'pyspark>=4,<5')",
+        )
+    return home
+
+
+def detect_gpus() -> list[str]:
+    """Indices of the NVIDIA GPUs on this machine via ``nvidia-smi -L`` (no torch import)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=True)
+    except (subprocess.SubprocessError, OSError):
+        return []
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")]
+    return [str(i) for i in range(len(lines))]
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); look at its state.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@dataclass
+class WorkerState:
+    """One worker process as started by ``up``."""
+
+    index: int
+    pid: int
+    port: int
+    webui_port: int
+    cores: int
+    memory: str
+    gpus: list[str]
+    log: str
+
+
+@dataclass
+class ClusterState:
+    """What ``up`` wrote to ``cluster.json``: enough for ``status`` and ``down``."""
+
+    master_url: str
+    host: str
+    master_pid: int
+    master_port: int
+    webui_port: int
+    gpus_simulated: bool
+    workers: list[WorkerState] = field(default_factory=list)
+    master_log: str = ""
+    started_at: float = 0.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterState:
+        workers = [WorkerState(**w) for w in data.pop("workers", [])]
+        return cls(workers=workers, **data)
+
+
+class LocalCluster:
+    """A real Spark standalone cluster on this machine, usable as a context manager.
+
+    >>> with LocalCluster(workers=2, cores=2, gpus=2) as cluster:   # doctest: +SKIP
+    ...     spark = cluster.session()
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        cores: int = 2,
+        memory: str = "2g",
+        gpus: int | None = None,
+        *,
+        state_dir: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        timeout: float = 120.0,
+    ) -> None:
+        if workers < 1:
+            raise ClusterError(f"workers={workers} must be at least 1")
+        if cores < 1:
+            raise ClusterError(f"cores={cores} must be at least 1")
+        if gpus is not None and gpus < 0:
+            raise ClusterError(f"gpus={gpus} must be 0 or more")
+        self.workers = workers
+        self.cores = cores
+        self.memory = memory
+        self.gpus = gpus
+        self.host = host
+        self.timeout = timeout
+        self.state_dir = Path(state_dir) if state_dir else default_state_dir()
+        self.state: ClusterState | None = None
+        self._owns = False
+
+    # -- discovery of a running cluster ---------------------------------------------------
+
+    @classmethod
+    def running(cls, state_dir: str | os.PathLike[str] | None = None) -> LocalCluster | None:
+        """The cluster recorded in ``state_dir`` if its master is alive, else ``None``."""
+        handle = cls(state_dir=state_dir)
+        state = handle._read_state()
+        if state is None or not _pid_alive(state.master_pid):
+            return None
+        handle.state = state
+        handle.workers = len(state.workers)
+        return handle
+
+    @property
+    def master_url(self) -> str:
+        """``spark://host:port`` of the running master."""
+        if self.state is None:
+            raise ClusterError("the embedded cluster is not running", remedy="gpuspark cluster up")
+        return self.state.master_url
+
+    @property
+    def gpus_simulated(self) -> bool:
+        """True when the workers advertise simulated GPU slots (no NVIDIA GPU found)."""
+        return bool(self.state and self.state.gpus_simulated)
+
+    # -- start ------------------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        """Start master and workers and wait until every worker is registered.
+
+        Raises :class:`ClusterError` if a cluster recorded in the same state directory is
+        still running (use :meth:`running` to reuse it).
+        """
+        existing = LocalCluster.running(self.state_dir)
+        if existing is not None:
+            raise ClusterError(
+                f"an embedded cluster is already running at {existing.master_url} "
+                f"(state in {self.state_dir})",
+                remedy="reuse it, or stop it with `gpuspark cluster down`",
+            )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "logs").mkdir(exist_ok=True)
+        gpu_sets, simulated = self._assign_gpus()
+        try:
+            self.state = self._start_master(simulated)
+            self._write_state()
+            for i, addresses in enumerate(gpu_sets):
+                self.state.workers.append(self._start_worker(i, addresses))
+                self._write_state()
+            self._wait_registered()
+        except BaseException:
+            self.stop()
+            raise
+        self._owns = True
+        return self
+
+    def _assign_gpus(self) -> tuple[list[list[str]], bool]:
+        real = detect_gpus()
+        if real:
+            per = self.gpus if self.gpus is not None else len(real) // self.workers
+            if per * self.workers > len(real):
+                raise ClusterError(
+                    f"gpus={per} per worker x {self.workers} workers needs {per * self.workers} "
+                    f"GPUs but nvidia-smi shows {len(real)}",
+                    remedy="lower --gpus or --workers",
+                )
+            return [real[i * per : (i + 1) * per] for i in range(self.workers)], False
+        per = 2 if self.gpus is None else self.gpus
+        return [[str(i * per + j) for j in range(per)] for i in range(self.workers)], True
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        home = spark_home()
+        env.update(
+            SPARK_HOME=str(home),
+            SPARK_LOG_DIR=str(self.state_dir / "logs"),
+            SPARK_LOCAL_IP=self.host,
+            SPARK_DAEMON_MEMORY=env.get("SPARK_DAEMON_MEMORY", "512m"),
+            PYSPARK_PYTHON=sys.executable,
+        )
+        return env
+
+    def _spawn(self, args: list[str], log: Path) -> int:
+        cmd = [str(spark_home() / "bin" / "spark-class"), *args]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                cwd=self.state_dir,
+                start_new_session=True,  # own process group: `down` stops it and its children
+            )
+        return proc.pid
+
+    def _start_master(self, simulated: bool) -> ClusterState:
+        port, webui = _free_port(self.host), _free_port(self.host)
+        log = self.state_dir / "logs" / "master.log"
+        args = [_MASTER_CLASS, "--host", self.host, "--port", str(port)]
+        pid = self._spawn([*args, "--webui-port", str(webui)], log)
+        return ClusterState(
+            master_url=f"spark://{self.host}:{port}",
+            host=self.host,
+            master_pid=pid,
+            master_port=port,
+            webui_port=webui,
+            gpus_simulated=simulated,
+            master_log=str(log),
+            started_at=time.time(),
+        )
+
+    def _start_worker(self, index: int, addresses: list[str]) -> WorkerState:
+        assert self.state is not None
+        port, webui = _free_port(self.host), _free_port(self.host)
+        work = self.state_dir / f"worker-{index}"
+        work.mkdir(exist_ok=True)
+        props = work / "worker.conf"
+        props.write_text(_worker_properties(work, addresses))
+        log = self.state_dir / "logs" / f"worker-{index}.log"
+        args = [_WORKER_CLASS, self.state.master_url, "--host", self.host, "--port", str(port)]
+        args += ["--webui-port", str(webui), "--cores", str(self.cores)]
+        args += ["--memory", self.memory, "--work-dir", str(work), "--properties-file", str(props)]
+        pid = self._spawn(args, log)
+        return WorkerState(index, pid, port, webui, self.cores, self.memory, addresses, str(log))
+
+    def _wait_registered(self) -> None:
+        assert self.state is not None
+        deadline = time.monotonic() + self.timeout
+        want = len(self.state.workers)
+        while time.monotonic() < deadline:
+            self._check_processes()
+            info = self.master_json(timeout=2.0)
+            if info is not None and _alive_workers(info) >= want:
+                return
+            time.sleep(0.5)
+        raise ClusterError(
+            f"only {_alive_workers(self.master_json() or {})} of {want} Spark workers registered "
+            f"with {self.state.master_url} within {self.timeout:.0f}s",
+            remedy=f"see the logs in {self.state_dir / 'logs'}",
+        )
+
+    def _check_processes(self) -> None:
+        assert self.state is not None
+        if not _pid_alive(self.state.master_pid):
+            raise ClusterError(
+                "the Spark master exited during start-up", remedy=f"see {self.state.master_log}"
+            )
+        for w in self.state.workers:
+            if not _pid_alive(w.pid):
+                raise ClusterError(
+                    f"Spark worker {w.index} exited during start-up", remedy=f"see {w.log}"
+                )
+
+    # -- status -----------------------------------------------------------------------------
+
+    def master_json(self, timeout: float = 5.0) -> dict[str, Any] | None:
+        """The master's JSON status page (``/json/``), or ``None`` if it does not answer."""
+        if self.state is None:
+            return None
+        url = f"http://{self.state.host}:{self.state.webui_port}/json/"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                return dict(json.load(resp))
+        except (OSError, ValueError):
+            return None
+
+    def status(self) -> dict[str, Any]:
+        """Master, workers (alive or dead, cores, memory, GPU addresses) as plain data."""
+        if self.state is None:
+            self.state = self._read_state()
+        if self.state is None:
+            return {"running": False, "state_dir": str(self.state_dir), "workers": []}
+        info = self.master_json() or {}
+        registered = {(w.get("host"), int(w.get("port", 0))): w for w in info.get("workers", [])}
+        workers = [self._worker_status(w, registered) for w in self.state.workers]
+        return {
+            "running": _pid_alive(self.state.master_pid),
+            "master_url": self.state.master_url,
+            "web_ui": f"http://{self.state.host}:{self.state.webui_port}",
+            "master_pid": self.state.master_pid,
+            "master_alive": bool(info),
+            "gpus_simulated": self.state.gpus_simulated,
+            "gpu_addresses": [a for w in workers for a in w["gpus"]],
+            "alive_workers": sum(w["state"] == "ALIVE" for w in workers),
+            "workers": workers,
+            "state_dir": str(self.state_dir),
+            "active_apps": len(info.get("activeapps", [])),
+        }
+
+    def _worker_status(
+        self, w: WorkerState, registered: dict[tuple[Any, int], dict[str, Any]]
+    ) -> dict[str, Any]:
+        reg = registered.get((self.state.host if self.state else None, w.port), {})
+        alive = _pid_alive(w.pid)
+        state = reg.get("state", "NOT REGISTERED") if alive else "DEAD"
+        return {
+            "index": w.index,
+            "pid": w.pid,
+            "alive": alive,
+            "state": state,
+            "cores": w.cores,
+            "cores_used": reg.get("coresused", 0),
+            "memory": w.memory,
+            "gpus": w.gpus,
+            "gpus_simulated": bool(self.state and self.state.gpus_simulated),
+            "log": w.log,
+        }
+
+    # -- stop -------------------------------------------------------------------------------
+
+    def stop(self, timeout: float = 15.0) -> list[int]:
+        """Stop the process groups this cluster started; return the pids that were stopped."""
+        state = self.state or self._read_state()
+        if state is None:
+            return []
+        pids = [w.pid for w in state.workers] + [state.master_pid]
+        _terminate_groups(pids, timeout)
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+        self.state = None
+        return pids
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def session(self, **conf: Any) -> Any:
+        """A ``SparkSession`` on this cluster (see :func:`gpuspark.cluster.session`)."""
+        from gpuspark.cluster.session import session
+
+        return session(master=self.master_url, **conf)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owns:
+            self.stop()
+
+    # -- state file -------------------------------------------------------------------------
+
+    def _read_state(self) -> ClusterState | None:
+        path = self.state_dir / STATE_FILE
+        try:
+            return ClusterState.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as exc:
+            raise ClusterError(
+                f"{path}: unreadable cluster state ({exc})",
+                remedy="stop any leftover Spark processes and delete that file",
+            ) from exc
+
+    def _write_state(self) -> None:
+        assert self.state is not None
+        path = self.state_dir / STATE_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(self.state), indent=2))
+        os.replace(tmp, path)
+
+
+def _worker_properties(work: Path, addresses: list[str]) -> str:
+    """Spark properties of one worker: its own GPU discovery script (disjoint addresses)."""
+    lines = ["spark.worker.cleanup.enabled=true"]
+    if addresses:
+        script = work / "gpus.sh"
+        payload = json.dumps({"name": "gpu", "addresses": addresses})
+        script.write_text(f"#!/usr/bin/env bash\necho '{payload}'\n")
+        script.chmod(0o755)
+        lines += [
+            f"spark.worker.resource.gpu.amount={len(addresses)}",
+            f"spark.worker.resource.gpu.discoveryScript={script}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _alive_workers(info: dict[str, Any]) -> int:
+    return sum(1 for w in info.get("workers", []) if w.get("state") == "ALIVE")
+
+
+def _terminate_groups(pids: list[int], timeout: float) -> None:
+    """SIGTERM each process group, wait, then SIGKILL what is left."""
+    for pid in pids:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_group_alive(p) for p in pids):
+        _reap(pids)
+        time.sleep(0.2)
+    for pid in pids:
+        _signal_group(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_group_alive(p) for p in pids):
+        time.sleep(0.1)
+    _reap(pids)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return _pid_alive(pgid) or _any_member_alive(pgid)
+
+
+def _any_member_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _reap(pids: list[int]) -> None:
+    """Collect exited children of this process so they do not linger as zombies."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass

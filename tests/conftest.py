@@ -1,0 +1,84 @@
+"""Shared fixtures: one real embedded Spark standalone cluster for the whole test session.
+
+The cluster has 2 workers x 2 GPU addresses (simulated here: no NVIDIA GPU), 8 cores and 4g
+each. ``spark`` is the default session on it (2 GPUs per executor, 0.25 GPU per task);
+``spark_factory.get(**conf)`` gives a session with other settings, rebuilding only when
+the settings change.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+SPARK_DEFAULTS: dict[str, str] = {
+    "spark.executor.resource.gpu.amount": "2",
+    "spark.task.resource.gpu.amount": "0.25",
+    "spark.executor.cores": "8",
+    "spark.executor.memory": "1g",
+    "spark.dynamicAllocation.enabled": "false",
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _python_for_executors() -> None:
+    """Executors must run this interpreter (see design.md)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Spark master + 2 workers, each advertising 2 GPU addresses."""
+    from gpuspark.cluster.local import LocalCluster
+
+    state_dir = tmp_path_factory.mktemp("gpuspark-cluster")
+    cluster = LocalCluster(workers=2, cores=8, memory="4g", gpus=2, state_dir=state_dir)
+    with cluster:
+        yield cluster
+
+
+class SparkFactory:
+    """Hands out one SparkSession at a time; rebuilds it only when the conf changes."""
+
+    def __init__(self, master_url: str) -> None:
+        self.master_url = master_url
+        self._conf: dict[str, str] | None = None
+        self._spark: Any = None
+
+    def get(self, **overrides: Any) -> Any:
+        """A session with ``SPARK_DEFAULTS`` updated by ``overrides`` (``spark.x`` keys)."""
+        conf = {**SPARK_DEFAULTS, **{k: str(v) for k, v in overrides.items()}}
+        if self._spark is not None and conf == self._conf:
+            return self._spark
+        self.stop()
+        from gpuspark.cluster.session import session
+
+        self._spark = session(master=self.master_url, app_name="gpuspark-tests", **conf)
+        self._conf = conf
+        return self._spark
+
+    def stop(self) -> None:
+        """Stop the current session, if any."""
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+            self._conf = None
+
+
+@pytest.fixture(scope="session")
+def spark_factory(local_cluster: Any) -> Iterator[SparkFactory]:
+    """Sessions on the shared cluster with chosen settings (rebuilds cost ~10 s)."""
+    factory = SparkFactory(local_cluster.master_url)
+    yield factory
+    factory.stop()
+
+
+@pytest.fixture()
+def spark(spark_factory: SparkFactory) -> Any:
+    """The default session: 2 executors x 2 GPUs, 0.25 GPU per task, 16 task slots."""
+    return spark_factory.get()
