@@ -59,6 +59,15 @@ def _report(exc: BaseException) -> int:
     return 1
 
 
+def _click_exception() -> type[Exception]:
+    """click's base exception: typer >= 0.2x vendors click as ``typer._click``."""
+    try:
+        from click import ClickException
+    except ImportError:
+        from typer._click.exceptions import ClickException  # type: ignore[no-redef]
+    return ClickException
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
     try:
@@ -74,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("aborted\n")
         return 1
     except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
+        if isinstance(exc, _click_exception()):
             exc.show()
             return exc.exit_code
         raise

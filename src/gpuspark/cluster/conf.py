@@ -1,0 +1,192 @@
+"""Spark configuration rendered from a cluster spec.
+
+:func:`spark_conf` gives the properties an application needs (GPU scheduling, executor shape,
+dynamic allocation, Prometheus, event log). :func:`render_spark` turns a spec into the files a
+cluster's ``$SPARK_CONF_DIR`` holds: ``spark-defaults.conf``, ``metrics.properties`` and the GPU
+discovery script. Output is deterministic (sorted keys, no timestamps) and printable before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from gpuspark.spec import ClusterSpec
+
+__all__ = [
+    "DISCOVERY_SCRIPT",
+    "discovery_script",
+    "metrics_properties",
+    "render_spark",
+    "spark_conf",
+    "spark_defaults",
+    "write_rendered",
+]
+
+DISCOVERY_SCRIPT = "getGpusResources.sh"
+"""File name of the rendered GPU discovery script."""
+
+_STANDALONE = ("spark://", "local-cluster")
+
+
+def _amount(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def spark_conf(spec: ClusterSpec, *, discovery_script_path: str | None = None) -> dict[str, str]:
+    """Spark properties an application on this cluster needs, ``[spark.conf]`` applied last.
+
+    ``discovery_script_path`` defaults to the spec's ``spark.discovery_script``.
+    """
+    s = spec.spark
+    conf = {
+        "spark.executor.resource.gpu.amount": str(s.executor_gpus),
+        "spark.executor.resource.gpu.discoveryScript": discovery_script_path or s.discovery_script,
+        "spark.task.resource.gpu.amount": _amount(s.task_gpu_amount),
+        "spark.executor.cores": str(s.executor_cores),
+        "spark.task.cpus": str(s.task_cpus),
+        "spark.executor.memory": s.executor_memory,
+        "spark.dynamicAllocation.enabled": _bool(s.dynamic_allocation),
+        "spark.ui.prometheus.enabled": "true",
+        "spark.eventLog.enabled": _bool(s.event_log),
+    }
+    if s.dynamic_allocation:
+        # Without an external shuffle service, executors holding shuffle data must be tracked
+        # before they are released (SPARK-27963).
+        conf["spark.dynamicAllocation.shuffleTracking.enabled"] = "true"
+        conf["spark.dynamicAllocation.minExecutors"] = "0"
+        conf["spark.dynamicAllocation.maxExecutors"] = str(spec.total_gpus // s.executor_gpus)
+    if s.event_log:
+        conf["spark.eventLog.dir"] = spec.event_log_dir
+    if s.master.startswith("k8s://"):
+        # Kubernetes requests GPUs through the device plugin's resource name.
+        conf["spark.executor.resource.gpu.vendor"] = "nvidia.com"
+    conf.update(s.conf)
+    return dict(sorted(conf.items()))
+
+
+def _worker_conf(spec: ClusterSpec, script: str) -> tuple[dict[str, str], list[str]]:
+    """Worker-side GPU settings for Spark standalone; notes when groups differ."""
+    if not spec.spark.master.startswith(_STANDALONE):
+        return {}, []
+    conf = {"spark.worker.resource.gpu.discoveryScript": script}
+    counts = {g.name: g.gpus_per_node for g in spec.nodes}
+    if len(set(counts.values())) == 1:
+        conf["spark.worker.resource.gpu.amount"] = str(spec.nodes[0].gpus_per_node)
+        return conf, []
+    per_group = ", ".join(f"{name}={n}" for name, n in counts.items())
+    note = (
+        "spark.worker.resource.gpu.amount differs per node group"
+        f" ({per_group}): set it in each worker's spark-defaults.conf"
+    )
+    return conf, [note]
+
+
+def _header(spec: ClusterSpec, what: str, comment: str = "#") -> str:
+    return (
+        f"{comment} {what} for cluster '{spec.name}', rendered by gpuspark from its spec.\n"
+        f"{comment} Edit the spec and render again rather than editing this file.\n"
+    )
+
+
+def spark_defaults(spec: ClusterSpec, *, discovery_script_path: str | None = None) -> str:
+    """Content of ``spark-defaults.conf`` (application and standalone worker settings)."""
+    script = discovery_script_path or spec.spark.discovery_script
+    conf = spark_conf(spec, discovery_script_path=script)
+    worker, notes = _worker_conf(spec, script)
+    conf.update(worker)
+    if spec.spark.master != "local-cluster":
+        conf["spark.master"] = spec.spark.master
+    lines = [_header(spec, "Spark defaults")]
+    lines += [f"# {note}\n" for note in notes]
+    lines += [f"{key} {value}\n" for key, value in sorted(conf.items())]
+    return "".join(lines)
+
+
+def metrics_properties(spec: ClusterSpec) -> str:
+    """Content of ``metrics.properties``: Spark's PrometheusServlet sink on every instance."""
+    props = {
+        "*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+        "*.sink.prometheusServlet.path": "/metrics/prometheus",
+        "master.sink.prometheusServlet.path": "/metrics/master/prometheus",
+        "applications.sink.prometheusServlet.path": "/metrics/applications/prometheus",
+        "*.source.jvm.class": "org.apache.spark.metrics.source.JvmSource",
+    }
+    body = "".join(f"{key}={value}\n" for key, value in sorted(props.items()))
+    return _header(spec, "Spark metrics (Prometheus)") + body
+
+
+_SCRIPT_BODY = r"""
+# Prints the GPUs of this node in the form Spark's resource discovery expects:
+#   {"name":"gpu","addresses":["0","1",...]}
+# Used by spark.worker.resource.gpu.discoveryScript / spark.executor.resource.gpu.discoveryScript.
+set -u
+me="getGpusResources.sh"
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "$me: nvidia-smi not found on PATH: install the NVIDIA driver on this node" >&2
+  exit 1
+fi
+if ! out=$(nvidia-smi --query-gpu=index --format=csv,noheader); then
+  echo "$me: nvidia-smi --query-gpu=index failed (see its message above); check the driver" >&2
+  exit 1
+fi
+addresses=""
+for index in $(printf '%s\n' "$out" | tr -d ' \r'); do
+  case "$index" in
+    ''|*[!0-9]*)
+      echo "$me: unexpected line from nvidia-smi: '$index' (expected a GPU index)" >&2
+      exit 1
+      ;;
+  esac
+  addresses="${addresses:+$addresses,}\"$index\""
+done
+if [ -z "$addresses" ]; then
+  echo "$me: nvidia-smi lists no GPUs on this node" >&2
+  exit 1
+fi
+printf '{"name":"gpu","addresses":[%s]}\n' "$addresses"
+"""
+
+
+def discovery_script(spec: ClusterSpec) -> str:
+    """Content of the GPU discovery script (POSIX sh, ``nvidia-smi`` -> Spark's JSON)."""
+    return "#!/bin/sh\n" + _header(spec, "GPU discovery script") + _SCRIPT_BODY.lstrip("\n")
+
+
+def render_spark(spec: ClusterSpec, *, discovery_script_path: str | None = None) -> dict[str, str]:
+    """File name -> content for ``$SPARK_CONF_DIR``: spark-defaults, metrics, discovery script.
+
+    ``discovery_script_path`` is where the script is installed on every node (default: the
+    spec's ``spark.discovery_script``).
+    """
+    return {
+        "spark-defaults.conf": spark_defaults(spec, discovery_script_path=discovery_script_path),
+        "metrics.properties": metrics_properties(spec),
+        DISCOVERY_SCRIPT: discovery_script(spec),
+    }
+
+
+def write_rendered(files: dict[str, str], out_dir: str | Path) -> list[Path]:
+    """Write rendered ``files`` into ``out_dir`` atomically; ``*.sh`` become executable."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in files.items():
+        target = out / name
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(content)
+            os.chmod(tmp, 0o755 if name.endswith(".sh") else 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        written.append(target)
+    return written
