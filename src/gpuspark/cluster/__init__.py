@@ -7,7 +7,8 @@ from typing import Any
 
 _LAZY = {
     "LocalCluster": "gpuspark.cluster.local",
-    "session": "gpuspark.cluster.session",
+    "session": "gpuspark.cluster.builder",
+    "session_plan": "gpuspark.cluster.builder",
 }
 
 __all__ = sorted(_LAZY)

@@ -389,7 +389,7 @@ class LocalCluster:
 
     def session(self, **conf: Any) -> Any:
         """A ``SparkSession`` on this cluster (see :func:`gpuspark.cluster.session`)."""
-        from gpuspark.cluster.session import session
+        from gpuspark.cluster.builder import session
 
         return session(master=self.master_url, **conf)
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from gpuspark.cluster.session import session_plan
+from gpuspark.cluster.builder import session_plan
 from gpuspark.errors import ClusterError
 
 

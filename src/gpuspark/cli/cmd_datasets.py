@@ -1,0 +1,66 @@
+"""``gpuspark datasets``: demo data (synthetic CT cohort as DICOM, JPEG image folders)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+
+from gpuspark.cli._common import JsonOpt, print_json, print_table
+
+DstArg = Annotated[str, typer.Argument(help="Directory to create.")]
+SeedOpt = Annotated[int, typer.Option(help="Random seed (same seed, same files).")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty DST.")]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``datasets`` command group to ``app``."""
+    ds = typer.Typer(help="Generate demo data sets.", no_args_is_help=True)
+    ds.command("synth-ct")(synth_ct)
+    ds.command("synth-images")(synth_images)
+    app.add_typer(ds, name="datasets")
+
+
+def synth_ct(
+    dst: DstArg,
+    studies: Annotated[int, typer.Option(help="Number of studies (one CT series each).")] = 20,
+    seed: SeedOpt = 0,
+    size: Annotated[int, typer.Option(help="Rows and columns per slice.")] = 96,
+    overwrite: OverwriteOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Synthetic CT cohort: DST/dicom/ series, DST/labels.csv (1 = lesion), DST/cohort.json."""
+    from gpuspark import datasets
+
+    res = datasets.synth_ct(dst, studies, seed, size=size, overwrite=overwrite)
+    if json:
+        print_json(asdict(res))
+        return
+    print_table(
+        f"synthetic CT cohort -> {res.path}",
+        ["studies", "patients", "lesions", "files", "bytes", "labels"],
+        [[res.studies, res.patients, res.lesions, res.files, res.bytes, res.labels_csv]],
+    )
+
+
+def synth_images(
+    dst: DstArg,
+    classes: Annotated[int, typer.Option(help="Number of classes (folders).")] = 4,
+    per_class: Annotated[int, typer.Option(help="Images per class.")] = 25,
+    seed: SeedOpt = 0,
+    overwrite: OverwriteOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Image folder DST/<class>/<file>.jpg|png with one shape and hue per class."""
+    from gpuspark import datasets
+
+    res = datasets.synth_images(dst, classes, per_class, seed, overwrite=overwrite)
+    if json:
+        print_json(asdict(res))
+        return
+    print_table(
+        f"synthetic images -> {res.path}",
+        ["classes", "images", "bytes"],
+        [[len(res.classes), res.images, res.bytes]],
+    )

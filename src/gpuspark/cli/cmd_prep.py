@@ -1,0 +1,168 @@
+"""``gpuspark prep``: image folders and DICOM series to training shards, on Spark."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+
+from gpuspark.cli._common import JsonOpt, MasterOpt, print_json, print_table
+
+SrcArg = Annotated[str, typer.Argument(help="Source folder (or URL Spark can read).")]
+DstArg = Annotated[str, typer.Argument(help="Dataset directory to write.")]
+WorldOpt = Annotated[
+    int | None, typer.Option("--world-size", help="Balance shards for this many ranks.")
+]
+ShardsOpt = Annotated[int | None, typer.Option("--num-shards", help="Shards per split.")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing dataset.")]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``prep`` command group to ``app``."""
+    prep = typer.Typer(help="Preprocess raw data into shards with Spark.", no_args_is_help=True)
+    prep.command("images")(images)
+    prep.command("dicom")(dicom)
+    app.add_typer(prep, name="prep")
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Any:
+    """A rich progress bar fed by the job's progress callback (tasks done / total)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("tasks  {task.fields[rows]} rows ({task.fields[rate]:.1f}/s)"),
+        TextColumn("{task.fields[quarantined]} quarantined"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task("listing", total=None, rows=0, rate=0.0, quarantined=0)
+
+        def update(info: dict[str, Any]) -> None:
+            bar.update(
+                task,
+                description=info["phase"],
+                completed=info["tasks_done"],
+                total=max(1, info["tasks_total"]),
+                rows=info["rows"],
+                rate=info["rows_per_s"],
+                quarantined=info["quarantined"],
+            )
+
+        yield update
+
+
+def _summary(res: Any, json: bool) -> None:
+    if json:
+        print_json(res.as_dict())
+        return
+    print_table(
+        f"prep {res.kind} -> {res.dataset}",
+        ["inputs", "rows", "quarantined", "splits", "shards", "bytes", "seconds"],
+        [
+            [
+                res.inputs,
+                res.rows,
+                f"{res.quarantined} files ({res.quarantined_items} items)",
+                ", ".join(f"{k}={v}" for k, v in sorted(res.splits.items())) or "-",
+                res.shards,
+                res.bytes,
+                res.seconds,
+            ]
+        ],
+    )
+    if res.by_reason:
+        print_table(
+            "quarantine (see quarantine.parquet)", ["reason", "files"], list(res.by_reason.items())
+        )
+
+
+def images(
+    src: SrcArg,
+    dst: DstArg,
+    size: Annotated[
+        int, typer.Option(help="Shorter side (resize) or square side (predecode).")
+    ] = 224,
+    predecode: Annotated[
+        bool, typer.Option(help="Store decoded SIZE x SIZE x 3 uint8 arrays.")
+    ] = False,
+    resize: Annotated[
+        bool, typer.Option(help="Re-encode as JPEG with the shorter side = SIZE.")
+    ] = False,
+    split: Annotated[
+        str | None, typer.Option(help="Fractions train,val[,test], e.g. 0.9,0.1.")
+    ] = None,
+    world_size: WorldOpt = None,
+    num_shards: ShardsOpt = None,
+    overwrite: OverwriteOpt = False,
+    master: MasterOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Image folder SRC/<label>/<file>.{jpg,png} to shards (original bytes by default)."""
+    from gpuspark.data.prep import prep_images
+
+    mode = "predecode" if predecode else "resize" if resize else "keep"
+    with _progress_bar(not json) as progress:
+        res = prep_images(
+            src,
+            dst,
+            mode=mode,
+            size=size,
+            split=split,
+            world_size=world_size,
+            num_shards=num_shards,
+            overwrite=overwrite,
+            master=master,
+            progress=progress,
+        )
+    _summary(res, json)
+
+
+def dicom(
+    src: SrcArg,
+    dst: DstArg,
+    labels: Annotated[
+        str | None, typer.Option(help="CSV with series_uid or patient_id, label.")
+    ] = None,
+    spacing: Annotated[str | None, typer.Option(help="Target voxel spacing z,y,x in mm.")] = None,
+    shape: Annotated[str | None, typer.Option(help="Target shape z,y,x in voxels.")] = None,
+    window: Annotated[
+        str, typer.Option(help="soft-tissue, lung, bone, LEVEL,WIDTH or hu.")
+    ] = "soft-tissue",
+    dtype: Annotated[str, typer.Option(help="Windowed output type: uint8 or float16.")] = "uint8",
+    split: Annotated[
+        str, typer.Option(help="Fractions train,val,test by patient.")
+    ] = "0.8,0.1,0.1",
+    world_size: WorldOpt = None,
+    num_shards: ShardsOpt = None,
+    overwrite: OverwriteOpt = False,
+    master: MasterOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """DICOM series below SRC (any names, nested folders) to one 3D volume per series."""
+    from gpuspark.data.prep import prep_dicom
+
+    with _progress_bar(not json) as progress:
+        res = prep_dicom(
+            src,
+            dst,
+            labels=labels,
+            spacing=spacing,
+            shape=shape,
+            window=window,
+            dtype=dtype,
+            split=split,
+            world_size=world_size,
+            num_shards=num_shards,
+            overwrite=overwrite,
+            master=master,
+            progress=progress,
+        )
+    _summary(res, json)

@@ -1,0 +1,205 @@
+"""Readers that turn raw inputs into training rows, and the bookkeeping they share.
+
+The per-input work lives in :mod:`gpuspark.data.dicom` (DICOM series to 3D volumes) and
+:mod:`gpuspark.data.images` (image folders); this module holds what both need: quarantine
+records, patient-id hashing, stable splits, label tables, opening an input by URI. The
+functions are plain Python so that a Spark task and a single-process loop call the same code.
+
+Bad inputs are never dropped silently: every function that rejects an input raises
+:class:`QuarantineError` with a short reason, and the caller writes a quarantine row.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuspark.errors import GpusparkError
+
+__all__ = [
+    "QUARANTINE_SCHEMA",
+    "LabelTable",
+    "LabelsError",
+    "QuarantineError",
+    "QuarantineRecord",
+    "assign_split",
+    "hash_patient",
+    "local_path",
+    "parse_split",
+    "read_bytes",
+    "read_labels",
+]
+
+SPLIT_NAMES = ("train", "val", "test")
+
+
+class QuarantineError(GpusparkError):
+    """An input cannot become a row; ``reason`` says why, ``error_type`` names the cause."""
+
+    def __init__(self, reason: str, error_type: str = "Rejected", *, path: str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.error_type = error_type
+        self.path = path
+
+    @classmethod
+    def wrap(cls, exc: BaseException, what: str, path: str | None = None) -> QuarantineError:
+        """A quarantine error for an unexpected exception while doing ``what``."""
+        if isinstance(exc, QuarantineError):
+            return exc
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return cls(f"{what}: {text[:300]}", error_type=type(exc).__name__, path=path)
+
+
+class LabelsError(GpusparkError, ValueError):
+    """A labels CSV cannot be used."""
+
+
+@dataclass(frozen=True)
+class QuarantineRecord:
+    """One row of ``quarantine.parquet``."""
+
+    path: str
+    series_uid: str | None
+    reason: str
+    error_type: str
+    stage: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a plain dict (Arrow/pandas friendly)."""
+        return asdict(self)
+
+
+QUARANTINE_SCHEMA = "path string, series_uid string, reason string, error_type string, stage string"
+
+
+def local_path(uri: str) -> str:
+    """The local file path of a ``file:`` URI or a plain path; other URIs are returned as is."""
+    from urllib.parse import unquote, urlparse
+
+    if uri.startswith("file:"):
+        return unquote(urlparse(uri).path)
+    return uri
+
+
+def read_bytes(uri: str) -> bytes:
+    """All bytes of a local path, ``file:`` URI or any fsspec URL (``s3://``, ``hdfs://``)."""
+    path = local_path(uri)
+    if "://" not in path:
+        with open(path, "rb") as f:
+            return f.read()
+    import fsspec
+
+    with fsspec.open(path, "rb") as f:
+        data: bytes = f.read()
+        return data
+
+
+def hash_patient(patient_id: str, salt: str = "") -> str:
+    """A stable pseudonym for a patient id: 16 hex digits of SHA-256 over ``salt`` + id."""
+    return hashlib.sha256(f"gpuspark:{salt}:{patient_id}".encode()).hexdigest()[:16]
+
+
+def parse_split(split: str | Sequence[float] | None) -> tuple[float, ...] | None:
+    """Validate split fractions (``"0.8,0.1,0.1"`` or a sequence); they must sum to 1."""
+    if split is None:
+        return None
+    try:
+        parts = [float(x) for x in split.split(",")] if isinstance(split, str) else list(split)
+    except ValueError as exc:
+        raise ValueError(f"split must be fractions like 0.8,0.1,0.1, got: {split!r}") from exc
+    if not 1 <= len(parts) <= 3 or any(p < 0 for p in parts) or abs(sum(parts) - 1) > 1e-6:
+        raise ValueError(
+            f"split must be 1 to 3 non-negative fractions (train,val,test) summing to 1, "
+            f"got: {split!r}"
+        )
+    return tuple(parts)
+
+
+def assign_split(key: str, fractions: Sequence[float]) -> str:
+    """The split (``train``/``val``/``test``) of ``key``, from a stable hash of the key.
+
+    The same key (a hashed patient id) always lands in the same split, so no patient is in
+    two splits; over many keys the shares approach ``fractions``.
+    """
+    u = int(hashlib.sha256(f"split:{key}".encode()).hexdigest()[:13], 16) / 16**13
+    acc = 0.0
+    for name, frac in zip(SPLIT_NAMES, fractions, strict=False):
+        acc += frac
+        if u < acc:
+            return name
+    return SPLIT_NAMES[len(fractions) - 1]
+
+
+@dataclass(frozen=True)
+class LabelTable:
+    """Labels from a CSV, keyed by series UID or patient id.
+
+    ``names`` maps label index to label name (sorted names when labels are text; the
+    integers themselves when they are integers).
+    """
+
+    key: str
+    mapping: dict[str, int]
+    names: dict[int, str]
+    source: str
+
+    def lookup(self, series_uid: str, patient_id: str) -> int | None:
+        """The label of a series, or None when the CSV has none for it."""
+        return self.mapping.get(series_uid if self.key == "series_uid" else patient_id)
+
+
+_KEY_COLUMNS = {
+    "series_uid": "series_uid",
+    "seriesinstanceuid": "series_uid",
+    "patient_id": "patient_id",
+    "patientid": "patient_id",
+}
+
+
+def read_labels(path: str | os.PathLike[str], *, label_column: str = "label") -> LabelTable:
+    """Read a labels CSV with a ``series_uid`` (or ``SeriesInstanceUID``) or ``patient_id``
+    column and a ``label`` column (integers, or names mapped to 0..K-1 in sorted order)."""
+    p = Path(path)
+    if not p.is_file():
+        raise LabelsError(f"labels file {p} does not exist", remedy="pass --labels FILE.csv")
+    with open(p, newline="") as f:
+        rows = list(csv.DictReader(f))
+    header = list(rows[0].keys()) if rows else []
+    cols = {c.strip().lower(): c for c in header}
+    key_col = next((cols[c] for c in _KEY_COLUMNS if c in cols), None)
+    if key_col is None or label_column.lower() not in cols:
+        raise LabelsError(
+            f"labels file {p} has columns {header}; it needs 'series_uid' or 'patient_id' "
+            f"and '{label_column}'",
+            remedy="add a header line such as: series_uid,label",
+        )
+    lab_col = cols[label_column.lower()]
+    raw = {r[key_col].strip(): r[lab_col].strip() for r in rows if r[key_col].strip()}
+    try:
+        mapping = {k: int(v) for k, v in raw.items()}
+        names = {v: str(v) for v in sorted(set(mapping.values()))}
+    except ValueError:
+        order = sorted(set(raw.values()))
+        names = dict(enumerate(order))
+        index = {n: i for i, n in names.items()}
+        mapping = {k: index[v] for k, v in raw.items()}
+    return LabelTable(_KEY_COLUMNS[key_col.strip().lower()], mapping, names, str(p))
+
+
+# Re-exported for convenience: the per-input readers.
+def __getattr__(name: str) -> Any:
+    if name in {"read_header", "prep_series", "DicomOptions", "resample", "apply_window"}:
+        from gpuspark.data import dicom
+
+        return getattr(dicom, name)
+    if name in {"prep_image", "ImageOptions"}:
+        from gpuspark.data import images
+
+        return getattr(images, name)
+    raise AttributeError(name)

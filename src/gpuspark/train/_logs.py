@@ -1,0 +1,213 @@
+"""Rank output on the driver while the job runs: a tiny line server and its clients.
+
+The driver starts a :class:`LogServer` for each launch attempt; every task connects with a
+:class:`SocketSink`, sends its ranks' lines (printed on the driver as ``[rank r] text``) and its
+failure report, and listens for ``ABORT`` (sent to every task as soon as one fails, or on
+timeout) so healthy ranks do not wait for peers that are gone.
+
+Protocol, one UTF-8 line per message: task -> driver ``HELLO <token> <task>``,
+``L <rank> <text>``, ``N <kind> <json>``; driver -> task ``ABORT``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["LogServer", "PrintSink", "SocketSink", "format_line"]
+
+
+def format_line(rank: int, text: str) -> str:
+    """How a rank's line appears on the driver."""
+    return f"[rank {rank}] {text}"
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+class PrintSink:
+    """Local mode: lines go straight to this process's stdout."""
+
+    def __init__(self, write: Callable[[str], None] = _write_stdout) -> None:
+        self.write = write
+        self.notices: list[tuple[str, dict[str, Any]]] = []
+
+    def line(self, rank: int, text: str) -> None:
+        self.write(format_line(rank, text))
+
+    def notice(self, kind: str, payload: dict[str, Any]) -> None:
+        self.notices.append((kind, payload))
+
+    def aborted(self) -> bool:
+        return False
+
+
+class LogServer:
+    """Driver side: accept task connections, print their lines, broadcast ``ABORT``."""
+
+    def __init__(
+        self,
+        token: str,
+        host: str = "127.0.0.1",
+        write: Callable[[str], None] = _write_stdout,
+        on_failure: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.token = token
+        self.write = write
+        self.on_failure = on_failure
+        self.show_info = True
+        self.failures: list[dict[str, Any]] = []
+        self.infos: list[dict[str, Any]] = []
+        self.abort_reason: str | None = None
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._active = 0
+        self._idle = threading.Condition(self._lock)
+        self._sock = socket.create_server((host, 0))
+        self.host = host
+        self.port = int(self._sock.getsockname()[1])
+        self._closed = False
+        threading.Thread(target=self._accept, name="gpuspark-logs", daemon=True).start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where tasks connect."""
+        return self.host, self.port
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._active += 1  # counted before the thread runs, so drain() waits for it
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._serve_lines(conn)
+        finally:
+            with self._lock:
+                self._active -= 1
+                with contextlib.suppress(ValueError):
+                    self._conns.remove(conn)
+                self._idle.notify_all()
+
+    def _serve_lines(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn, conn.makefile("r", encoding="utf-8") as lines:
+            hello = lines.readline().split()
+            if len(hello) != 3 or hello[0] != "HELLO" or hello[1] != self.token:
+                return
+            with self._lock:
+                self._conns.append(conn)
+                if self.abort_reason is not None:
+                    self._send(conn)
+            for raw in lines:
+                self._handle(raw.rstrip("\n"))
+
+    def _handle(self, msg: str) -> None:
+        kind, _, rest = msg.partition(" ")
+        if kind == "L":
+            rank, _, text = rest.partition(" ")
+            self.write(format_line(int(rank), text))
+        elif kind == "N":
+            what, _, body = rest.partition(" ")
+            payload = json.loads(body)
+            if what == "failed":
+                self.failures.append(payload)
+                if self.on_failure is not None:
+                    self.on_failure(payload)
+            else:
+                self.infos.append(payload)
+                if self.show_info and len(self.infos) == 1:
+                    self.write(f"[gpuspark] {payload.get('text')}")
+
+    @staticmethod
+    def _send(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.sendall(b"ABORT\n")
+
+    def abort(self, reason: str) -> None:
+        """Tell every task (connected now or later) to stop its ranks."""
+        with self._lock:
+            if self.abort_reason is None:
+                self.abort_reason = reason
+            for conn in self._conns:
+                self._send(conn)
+
+    def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until every task's stream has been read to its end."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._active == 0, timeout=timeout)
+
+    def close(self) -> None:
+        """Stop accepting; connections end when their tasks do."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+class SocketSink:
+    """Task side: send lines and notices to the driver; watch for ``ABORT``.
+
+    If the driver cannot be reached, lines go to this task's stderr (the executor log) and the
+    launch goes on: logging never fails a job.
+    """
+
+    def __init__(self, host: str, port: int, token: str, task: int) -> None:
+        self._lock = threading.Lock()
+        self._abort = threading.Event()
+        self._sock: socket.socket | None = None
+        try:
+            self._sock = socket.create_connection((host, port), timeout=10)
+            self._sock.settimeout(None)
+            self._sock.sendall(f"HELLO {token} {task}\n".encode())
+        except OSError as exc:
+            sys.stderr.write(f"gpuspark: cannot reach the driver's log server: {exc}\n")
+            self._sock = None
+            return
+        threading.Thread(target=self._listen, name="gpuspark-abort", daemon=True).start()
+
+    def _listen(self) -> None:
+        assert self._sock is not None
+        with contextlib.suppress(OSError), self._sock.makefile("r", encoding="utf-8") as fh:
+            for raw in fh:
+                if raw.strip() == "ABORT":
+                    self._abort.set()
+
+    def _send(self, msg: str) -> None:
+        data = (msg.replace("\n", " ") + "\n").encode("utf-8", "replace")
+        with self._lock:
+            if self._sock is not None:
+                try:
+                    self._sock.sendall(data)
+                    return
+                except OSError:
+                    self._sock = None
+            sys.stderr.write(msg + "\n")
+
+    def line(self, rank: int, text: str) -> None:
+        self._send(f"L {rank} {text}")
+
+    def notice(self, kind: str, payload: dict[str, Any]) -> None:
+        self._send(f"N {kind} {json.dumps(payload, default=str)}")
+
+    def aborted(self) -> bool:
+        return self._abort.is_set()
+
+    def close(self) -> None:
+        """Close the connection (the driver sees the end of this task's stream)."""
+        with self._lock:
+            if self._sock is not None:
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                    self._sock.close()
+                self._sock = None

@@ -1,0 +1,145 @@
+"""What runs inside each training process (one per rank) started by the elastic agent.
+
+Two entry points share the same set-up:
+
+* :func:`entry` runs a cloudpickled function (``gpuspark.train.run(fn, ...)``);
+* ``python -m gpuspark.train._worker --log-dir D script.py [args]`` runs a script the way
+  ``torchrun`` does (``gpuspark launch``).
+
+Set-up: the process dies with its parent (``PR_SET_PDEATHSIG``), so no rank outlives its agent;
+its stdout and stderr go, line-buffered, to ``<log-dir>/rank-<RANK>.log`` which the task tails
+and streams to the driver; an exception also lands in ``rank-<RANK>.error.json`` so the driver
+can name the failing rank with the last lines of its traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+__all__ = ["entry", "main", "set_parent_death_signal"]
+
+_TRACEBACK_LINES = 20
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent exits (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - exotic libc
+        return
+
+
+def _rank() -> str:
+    return os.environ.get("RANK", "0")
+
+
+def _redirect_output(log_dir: str) -> None:
+    """Send fd 1 and 2 (and every child's) to this rank's log file, line by line."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    path = os.path.join(log_dir, f"rank-{_rank()}.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ["PYTHONUNBUFFERED"] = "1"
+    # New stream objects on fd 1 and 2: the parent's sys.stdout may be anything (a notebook,
+    # pytest's capture) and a forked rank inherits it.
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)
+    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
+
+
+def _setup(log_dir: str) -> None:
+    set_parent_death_signal(signal.SIGKILL)
+    agent = os.environ.get("GPUSPARK_AGENT_PID")
+    if agent and os.getppid() != int(agent):  # the agent died before we could follow it
+        os._exit(1)
+    _redirect_output(log_dir)
+
+
+def _record_failure(log_dir: str, exc: BaseException) -> None:
+    """Print the traceback to the rank log and write the error file the task reads."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    lines = text.rstrip("\n").splitlines()[-_TRACEBACK_LINES:]
+    record = {
+        "rank": int(_rank()),
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": lines,
+        "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        "time": time.time(),
+    }
+    path = os.path.join(log_dir, f"rank-{_rank()}.error.json")
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, path)
+
+
+def entry(payload: bytes, log_dir: str) -> bytes | None:
+    """Run the shipped function on this rank; return rank 0's result, cloudpickled.
+
+    ``payload`` is ``cloudpickle.dumps((fn, args, kwargs))``. Other ranks return ``None`` so
+    only one result travels back.
+    """
+    _setup(log_dir)
+    try:
+        import cloudpickle
+
+        fn, args, kwargs = cloudpickle.loads(payload)
+        value = fn(*args, **kwargs)
+        out = cloudpickle.dumps(value) if _rank() == "0" else None
+    except BaseException as exc:  # every failure must reach the driver, SystemExit included
+        _record_failure(log_dir, exc)
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuspark.train._worker --log-dir D script.py [args...]``."""
+    import runpy
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 3 or argv[0] != "--log-dir":
+        sys.stderr.write("usage: python -m gpuspark.train._worker --log-dir DIR script.py ...\n")
+        return 2
+    log_dir, script, script_args = argv[1], argv[2], argv[3:]
+    _setup(log_dir)
+    sys.argv = [script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code: Any = exc.code
+        if code in (None, 0):
+            return 0
+        _record_failure(log_dir, exc)
+        return code if isinstance(code, int) else 1
+    except BaseException as exc:
+        _record_failure(log_dir, exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

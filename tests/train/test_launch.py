@@ -1,0 +1,433 @@
+"""The launcher: request checks (no Spark), local mode, and the real embedded Spark cluster."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+from gpuspark.errors import LaunchError
+from gpuspark.train import launch
+from gpuspark.train.launch import (
+    ExecutorCapacity,
+    LaunchRequest,
+    check_capacity,
+    check_conf,
+    check_python,
+    restart_count,
+    run,
+)
+
+# Executors cannot import this test module: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# ---------------------------------------------------------------------------- rank functions
+
+
+def all_reduce_env(value: float) -> dict[str, Any]:
+    """Sum ``value * (rank + 1)`` over ranks; gather each rank's launch environment."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.tensor([value * (rank + 1)])
+    dist.all_reduce(t)
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    mine = {k: os.environ[k] for k in keys}
+    mine["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    mine["MASTER"] = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    print(f"rank {rank} sum {t.item():g}")
+    dist.destroy_process_group()
+    return {"sum": t.item(), "ranks": everyone}
+
+
+def fail_on(bad_rank: int, pid_dir: str) -> int:
+    """Record this rank's pid, then raise on ``bad_rank``; the others wait in a barrier."""
+    import torch.distributed as dist
+
+    Path(pid_dir, str(os.getpid())).touch()
+    dist.init_process_group("gloo")
+    if dist.get_rank() == bad_rank:
+        raise ValueError(f"boom on rank {bad_rank}")
+    dist.barrier()
+    time.sleep(60)
+    return 0
+
+
+def train_with_progress(progress_dir: str, steps: int, kill_rank: int) -> list[Any]:
+    """Count steps in a progress file per rank; ``kill_rank`` SIGKILLs itself mid-run once."""
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    from gpuspark.train import restart_count
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    path = Path(progress_dir, f"rank{rank}.txt")
+    done = int(path.read_text()) if path.exists() else 0
+    starts = restart_count()
+    for step in range(done, steps):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(str(step + 1))
+        os.replace(tmp, path)
+        if rank == kill_rank and starts == 0 and step == steps // 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, {"rank": rank, "resumed_from": done, "starts": starts})
+    dist.destroy_process_group()
+    return out
+
+
+def fail_first_start() -> int:
+    """Fail on the first start of the job; report the start count afterwards."""
+    from gpuspark.train import restart_count
+
+    if restart_count() == 0:
+        raise RuntimeError("first attempt fails")
+    return restart_count()
+
+
+DDP_SCRIPT = textwrap.dedent(
+    """
+    # A plain torchrun-style DDP script: env vars and init_process_group("gloo"), nothing else.
+    import argparse, os
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(args.steps):
+        opt.zero_grad()
+        model(torch.full((8, 4), float(rank))).sum().backward()
+        opt.step()
+    print(f"ddp rank {rank}/{world} local {os.environ['LOCAL_RANK']} done")
+    if rank == 0:
+        w = model.module.weight.detach().sum().item()
+        open(args.out, "w").write(f"{world} {w:.6f}")
+    dist.destroy_process_group()
+    """
+)
+
+
+def _alive_with(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds ``marker`` (the job's agent and ranks)."""
+    pids = []
+    needle = f"GPUSPARK_TEST_MARK={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path("/proc", entry, "environ").read_bytes()
+            state = Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+# ---------------------------------------------------------------------------- no Spark
+
+
+def _req(**kw: Any) -> LaunchRequest:
+    return LaunchRequest(**{"num_processes": 4, "payload": b"x", **kw})
+
+
+def test_request_rejects_uneven_split_with_remedy() -> None:
+    with pytest.raises(LaunchError) as exc:
+        _req(num_processes=5, processes_per_task=2)
+    assert "num_processes=5 is not a multiple of processes_per_task=2" in str(exc.value)
+    assert "num_processes=4, 6" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("kw", "text"),
+    [
+        ({"gpus_per_process": 0.5}, "whole GPUs"),
+        ({"backend": "ncl"}, "did you mean 'nccl'"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"local": True, "processes_per_task": 2}, "local mode"),
+        ({"script": ["a.py"]}, "exactly one"),
+    ],
+)
+def test_request_rejects_bad_values(kw: dict[str, Any], text: str) -> None:
+    with pytest.raises(LaunchError, match=text):
+        _req(**kw)
+
+
+def test_request_materialize_is_a_dry_run() -> None:
+    req = LaunchRequest(
+        num_processes=4, processes_per_task=2, script=["train.py", "--lr", "0.1"], max_restarts=1
+    )
+    text = req.materialize()
+    assert req.num_tasks == 2 and req.gpus_per_task == 2
+    assert "barrier stage: 2 tasks, task resource profile cpus=1 gpu=2" in text
+    assert "torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d" in text
+    assert text.rstrip().endswith("train.py --lr 0.1")
+
+
+def test_check_conf_refuses_dynamic_allocation() -> None:
+    check_conf({"spark.dynamicAllocation.enabled": "false"})
+    with pytest.raises(LaunchError) as exc:
+        check_conf({"spark.dynamicAllocation.enabled": "true"})
+    assert "SPARK-24942" in str(exc.value)
+    assert "spark.dynamicAllocation.enabled=false" in str(exc.value)
+
+
+def test_check_capacity_says_needed_and_available() -> None:
+    cap = ExecutorCapacity(executors=2, cores_per_executor=8, gpus_per_executor=2)
+    check_capacity(4, 1, cap)
+    check_capacity(2, 2, cap)
+    with pytest.raises(LaunchError) as exc:
+        check_capacity(6, 1, cap)
+    assert "needs 6 tasks x 1 GPU = 6 GPUs" in str(exc.value)
+    assert "2 executor(s) x 2 GPUs" in str(exc.value) and "room for 4 tasks" in str(exc.value)
+    busy = ExecutorCapacity(2, 8, 2, running_tasks=4, task_gpu_amount=0.25)
+    with pytest.raises(LaunchError, match="3 GPUs and 12 cores free"):
+        check_capacity(4, 1, busy)
+    with pytest.raises(LaunchError, match="needs 4 GPUs but each executor has 2"):
+        check_capacity(1, 4, cap)
+
+
+def test_check_python_names_both_versions() -> None:
+    check_python((3, 11), {(3, 11)})
+    with pytest.raises(LaunchError, match=r"driver runs Python 3.11 but executors run 3.10"):
+        check_python((3, 11), {(3, 10), (3, 11)})
+
+
+def test_restart_count_counts_restarts_and_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    monkeypatch.delenv("GPUSPARK_ATTEMPT", raising=False)
+    assert restart_count() == 0
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "2")
+    monkeypatch.setenv("GPUSPARK_ATTEMPT", "1")
+    assert restart_count() == 4
+
+
+def test_result_comes_from_the_task_holding_rank_0() -> None:
+    # after a c10d restart, global rank 0 may live on another task than task 0
+    results = [
+        {"task": 0, "ok": True, "value": None, "rank0": False},
+        {"task": 1, "ok": True, "value": cloudpickle.dumps({"loss": 0.5}), "rank0": True},
+    ]
+    assert launch._value(results) == {"loss": 0.5}
+
+
+def test_root_cause_is_the_earliest_failure_across_tasks() -> None:
+    peer = {
+        "rank": 0,
+        "host": "a",
+        "error": {"type": "RuntimeError", "message": "peer", "time": 9.5},
+    }
+    root = {"rank": 3, "host": "b", "error": {"type": "ValueError", "message": "bad", "time": 9.1}}
+    killed = {"rank": 1, "host": "a", "signal": "SIGKILL", "timestamp": 10}
+    err = launch._result_error([{"failures": [peer, killed]}, {"failures": [root]}], 1)
+    assert str(err).startswith("rank 3 failed on host b: ValueError: bad")
+
+
+# ---------------------------------------------------------------------------- local mode
+
+
+def test_local_all_reduce_returns_rank0_value_and_streams_logs(capfd: Any) -> None:
+    out = run(all_reduce_env, 1.5, num_processes=2, local=True, gpus_per_process=0)
+    assert out["sum"] == pytest.approx(1.5 * (1 + 2))
+    assert [r["RANK"] for r in out["ranks"]] == ["0", "1"]
+    assert {r["WORLD_SIZE"] for r in out["ranks"]} == {"2"}
+    text = capfd.readouterr().out
+    assert "[rank 0] rank 0 sum 4.5" in text and "[rank 1] rank 1 sum 4.5" in text
+    assert "[gpuspark] backend gloo" in text
+
+
+def test_local_failure_names_rank_and_leaves_no_process(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    with pytest.raises(LaunchError) as exc:
+        run(
+            fail_on, 1, str(tmp_path), num_processes=2, local=True, env={"GPUSPARK_TEST_MARK": mark}
+        )
+    msg = str(exc.value)
+    assert msg.startswith("rank 1 failed on host localhost: ValueError: boom on rank 1")
+    assert "last lines of rank 1" in msg
+    assert len(list(tmp_path.iterdir())) == 2
+    assert _alive_with(mark) == []
+
+
+def test_local_second_attempt_resumes_with_restart_count(capfd: Any) -> None:
+    assert run(fail_first_start, num_processes=2, local=True, max_attempts=2) == 1
+    assert "[gpuspark] retry 1 of 1 after: rank" in capfd.readouterr().out
+
+
+def test_local_timeout_stops_every_rank(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    with pytest.raises(LaunchError, match="timed out after 3 s"):
+        run(
+            time.sleep,
+            120,
+            num_processes=2,
+            local=True,
+            timeout=3,
+            env={"GPUSPARK_TEST_MARK": mark},
+        )
+    assert _alive_with(mark) == []
+
+
+def test_cli_launch_runs_plain_ddp_script_locally(tmp_path: Path, capfd: Any) -> None:
+    from gpuspark.cli.main import main
+
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    out = tmp_path / "out.txt"
+    code = main(
+        ["launch", "--local", "-n", "2", str(script), "--", "--steps", "2", "--out", str(out)]
+    )
+    text = capfd.readouterr().out
+    assert code == 0, text
+    assert "[rank 1] ddp rank 1/2 local 1 done" in text
+    assert out.read_text().startswith("2 ")
+
+
+def test_cli_launch_dry_run_prints_the_plan(capsys: Any) -> None:
+    from gpuspark.cli.main import main
+
+    code = main(["launch", "--dry-run", "-n", "4", "--processes-per-task", "2", "t.py", "--", "-x"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "barrier stage: 2 tasks, task resource profile cpus=1 gpu=2" in text
+    assert "t.py -x" in text
+
+
+def test_cli_launch_reports_failure_in_one_line(tmp_path: Path, capsys: Any) -> None:
+    from gpuspark.cli.main import main
+
+    script = tmp_path / "bad.py"
+    script.write_text("import os\nif os.environ['RANK'] == '1':\n    raise SystemExit('no data')\n")
+    code = main(["launch", "--local", "-n", "2", str(script)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("error: rank 1 failed on host localhost: SystemExit: no data")
+
+
+@pytest.mark.slow
+def test_local_sigkill_restarts_and_resumes(tmp_path: Path) -> None:
+    out = run(train_with_progress, str(tmp_path), 6, 1, num_processes=2, local=True, max_restarts=1)
+    assert all(p.read_text() == "6" for p in tmp_path.glob("rank*.txt"))
+    assert {r["starts"] for r in out} == {1} and {r["resumed_from"] for r in out} == {4}
+
+
+# ---------------------------------------------------------------------------- Spark
+
+
+@pytest.mark.spark
+def test_spark_four_ranks_whole_gpus_from_spark(spark: Any, capfd: Any) -> None:
+    assert spark.sparkContext.getConf().get("spark.task.resource.gpu.amount") == "0.25"
+    out = run(all_reduce_env, 2.0, num_processes=4, spark=spark)
+    assert out["sum"] == pytest.approx(2.0 * (1 + 2 + 3 + 4))
+    ranks = out["ranks"]
+    assert [r["RANK"] for r in ranks] == ["0", "1", "2", "3"]
+    assert [r["GROUP_RANK"] for r in ranks] == ["0", "1", "2", "3"]
+    # one whole GPU per task, each of the cluster's four addresses exactly once
+    assert sorted(r["CUDA_VISIBLE_DEVICES"] for r in ranks) == ["0", "1", "2", "3"]
+    text = capfd.readouterr().out
+    for r in range(4):
+        assert f"[rank {r}] rank {r} sum 20" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("[gpuspark] backend gloo"))
+    for r in ranks:  # the rank -> GPU map agrees with what each rank saw
+        assert f"{r['RANK']}->127.0.0.1 gpu {r['CUDA_VISIBLE_DEVICES']}" in line
+
+
+@pytest.mark.spark
+def test_spark_two_tasks_of_two_processes(spark: Any) -> None:
+    out = run(all_reduce_env, 1.0, num_processes=4, processes_per_task=2, spark=spark)
+    assert out["sum"] == pytest.approx(10.0)
+    ranks = out["ranks"]
+    assert [(r["GROUP_RANK"], r["LOCAL_RANK"]) for r in ranks] == [
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+        ("1", "1"),
+    ]
+    assert {r["LOCAL_WORLD_SIZE"] for r in ranks} == {"2"}
+    gpus = [r["CUDA_VISIBLE_DEVICES"] for r in ranks]
+    assert gpus[0] == gpus[1] and gpus[2] == gpus[3]  # a task's ranks share its 2 GPUs
+    assert sorted({gpus[0], gpus[2]}) == ["0,1", "2,3"]
+
+
+@pytest.mark.spark
+def test_spark_failure_names_rank_2_and_leaves_no_process(spark: Any, tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    with pytest.raises(LaunchError) as exc:
+        run(
+            fail_on,
+            2,
+            str(tmp_path),
+            num_processes=4,
+            spark=spark,
+            env={"GPUSPARK_TEST_MARK": mark},
+        )
+    msg = str(exc.value)
+    assert msg.startswith("rank 2 failed on host 127.0.0.1: ValueError: boom on rank 2"), msg
+    assert "Py4J" not in msg and "last lines of rank 2" in msg
+    assert len(list(tmp_path.iterdir())) == 4
+    assert _alive_with(mark) == []
+
+
+@pytest.mark.spark
+def test_spark_sigkill_with_max_restarts_resumes(spark: Any, tmp_path: Path) -> None:
+    out = run(
+        train_with_progress, str(tmp_path), 6, 1, num_processes=2, spark=spark, max_restarts=1
+    )
+    assert sorted(p.read_text() for p in tmp_path.glob("rank*.txt")) == ["6", "6"]
+    by_rank = {r["rank"]: r for r in out}
+    assert by_rank[1]["starts"] >= 1 and by_rank[1]["resumed_from"] == 4
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # a fresh Python + torch per rank; the local CLI test covers the default run
+def test_spark_cli_launch_plain_ddp_script(spark: Any, local_cluster: Any, tmp_path: Path) -> None:
+    from gpuspark.cli.main import main
+
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    out = tmp_path / "out.txt"
+    args = ["launch", "--master", local_cluster.master_url, "-n", "2", str(script)]
+    assert main([*args, "--", "--steps", "3", "--out", str(out)]) == 0
+    assert out.read_text().startswith("2 ")
+
+
+@pytest.mark.spark
+def test_spark_dynamic_allocation_refused_before_any_task(spark_factory: Any) -> None:
+    # Last in this module: it rebuilds the session (about 10 s); the next user rebuilds back.
+    spark = spark_factory.get(
+        **{
+            "spark.dynamicAllocation.enabled": "true",
+            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+        }
+    )
+    tracker = spark.sparkContext.statusTracker()
+    before = tracker.getJobIdsForGroup(None)
+    with pytest.raises(LaunchError, match=r"spark.dynamicAllocation.enabled=false"):
+        run(all_reduce_env, 1.0, num_processes=2, spark=spark)
+    assert tracker.getJobIdsForGroup(None) == before
+    assert launch._PY_VERSIONS.get(spark.sparkContext.applicationId) is None
