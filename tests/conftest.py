@@ -56,7 +56,7 @@ class SparkFactory:
         if self._spark is not None and conf == self._conf:
             return self._spark
         self.stop()
-        from gpuspark.cluster.session import session
+        from gpuspark.cluster.builder import session
 
         self._spark = session(master=self.master_url, app_name="gpuspark-tests", **conf)
         self._conf = conf

@@ -12,6 +12,10 @@ _LAZY = {
     "run": "gpuspark.train.launch",
     "restart_count": "gpuspark.train.launch",
     "prepare": "gpuspark.train.ddp",
+    "comm_meter": "gpuspark.train.ddp",
+    "fit": "gpuspark.train.loop",
+    "FitConfig": "gpuspark.train.loop",
+    "RecipeConfig": "gpuspark.train.recipes",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,0 +1,113 @@
+"""``gpuspark train RECIPE --data SHARDS``: a ready recipe on N ranks through the launcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpuspark.cli._common import JsonOpt, MasterOpt, echo, print_json, print_table
+
+
+def train(
+    recipe: Annotated[str, typer.Argument(help="Recipe: resnet3d (CT volumes) or resnet2d.")],
+    data: Annotated[Path, typer.Option("--data", help="Dataset written by `gpuspark prep`.")],
+    epochs: Annotated[int, typer.Option(help="Passes over the training split.")] = 10,
+    batch_size: Annotated[int, typer.Option(help="Batch size per rank.")] = 8,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate (cosine schedule).")] = 1e-3,
+    compression: Annotated[
+        str | None, typer.Option(help="Gradient compression: fp16, bf16 or powersgd.")
+    ] = None,
+    powersgd_rank: Annotated[int, typer.Option(help="PowerSGD matrix rank.")] = 2,
+    amp: Annotated[str | None, typer.Option(help="Mixed precision: bf16 or fp16.")] = None,
+    depth: Annotated[int, typer.Option(help="resnet3d depth: 10, 18, 34 or 50.")] = 18,
+    width: Annotated[float, typer.Option(help="Channel width multiplier (MONAI).")] = 1.0,
+    stem_stride: Annotated[int, typer.Option(help="resnet3d first-conv stride (1 or 2).")] = 1,
+    window: Annotated[
+        str | None, typer.Option(help="resnet3d re-window LEVEL,WIDTH in HU (e.g. 100,100).")
+    ] = None,
+    num_processes: Annotated[int, typer.Option(help="Training processes (ranks).")] = 2,
+    gpus_per_process: Annotated[float, typer.Option(help="GPUs per rank.")] = 1,
+    local: Annotated[
+        bool, typer.Option(help="Run ranks as local processes, not on Spark.")
+    ] = False,
+    checkpoint_dir: Annotated[
+        Path | None, typer.Option(help="Checkpoints (every epoch), best.pt, history.json.")
+    ] = None,
+    checkpoint_every: Annotated[int, typer.Option(help="Also every N steps (0: off).")] = 0,
+    resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint.")] = False,
+    threads: Annotated[int | None, typer.Option(help="torch threads per rank.")] = None,
+    master: MasterOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Train a recipe with DDP on the cluster (embedded one by default); rank 0 logs epochs."""
+    from gpuspark.train import recipes
+
+    cfg = recipes.RecipeConfig(
+        data=str(data),
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        compression=compression,
+        powersgd_rank=powersgd_rank,
+        amp=amp,
+        depth=depth,
+        width=width,
+        stem_stride=stem_stride,
+        window=recipes.parse_window(window),
+        threads=threads,
+        checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+    )
+    summary = recipes.run(
+        recipe,
+        cfg,
+        num_processes=num_processes,
+        gpus_per_process=gpus_per_process,
+        master=master,
+        local=local,
+    )
+    if json_out:
+        print_json(summary)
+        return
+    _print_summary(summary)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    rows = []
+    for m in summary["history"]:
+        f = m["fractions"]
+        rows.append(
+            [
+                m["epoch"],
+                f"{m['loss']:.4f}",
+                f"{m['samples_per_s']:.1f}",
+                f"{f['data_wait']:.0%} / {f['compute']:.0%} / {f['comm_exposed']:.0%} / "
+                f"{f['optimizer']:.0%}",
+                f"{m['bytes_sent_per_step'] / 1e6:.3f} / {m['bytes_raw_per_step'] / 1e6:.3f}",
+                _score(m),
+            ]
+        )
+    print_table(
+        f"{summary['recipe']} on {summary['world_size']} ranks ({summary['backend']})",
+        ["epoch", "loss", "samples/s", "data/compute/comm/opt", "MB sent/raw per step", "val"],
+        rows,
+    )
+    best = summary.get("best") or {}
+    if best:
+        echo(f"best epoch {best.get('epoch')}: {_score(best)}")
+
+
+def _score(m: dict[str, Any]) -> str:
+    parts = []
+    for key in ("val_acc", "val_auc", "val_top1"):
+        if m.get(key) is not None:
+            parts.append(f"{key[4:]} {m[key]:.3f}")
+    return ", ".join(parts)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gpuspark train``."""
+    app.command("train")(train)
