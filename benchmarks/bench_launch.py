@@ -114,8 +114,8 @@ def _summary(times: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def _spark_session(master: str | None) -> tuple[Any, Any]:
-    from gpuspark.cluster.local import LocalCluster
     from gpuspark.cluster.builder import session
+    from gpuspark.cluster.local import LocalCluster
 
     cluster = None
     if master is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -59,12 +59,12 @@ def _report(exc: BaseException) -> int:
     return 1
 
 
-def _click_exception() -> type[Exception]:
-    """click's base exception: typer >= 0.2x vendors click as ``typer._click``."""
+def _click_exception() -> Any:
+    """click's base exception: recent typer releases vendor click as ``typer._click``."""
     try:
         from click import ClickException
     except ImportError:
-        from typer._click.exceptions import ClickException  # type: ignore[no-redef]
+        from typer._click.exceptions import ClickException
     return ClickException
 
 
