@@ -115,8 +115,28 @@ def entry(payload: bytes, log_dir: str) -> bytes | None:
     return out
 
 
+_exit_code = 0
+
+
+def _leave_without_teardown() -> None:
+    """Last atexit handler: end the rank with the script's code, skipping C++ teardown.
+
+    Registered before the script runs, so it runs after every handler the script registers.
+    After ``destroy_process_group`` gloo's threads can abort the interpreter's final teardown
+    ("terminate called without an active exception"), turning a finished rank into a
+    failed one; the script's work and its own atexit handlers are done by then.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(_exit_code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m gpuspark.train._worker --log-dir D script.py [args...]``."""
+    import atexit
     import runpy
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -127,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup(log_dir)
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    atexit.register(_leave_without_teardown)
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
@@ -142,4 +163,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_code = main()
+    sys.exit(_exit_code)
