@@ -410,20 +410,45 @@ def prep_dicom(
     table = read_labels(labels) if labels is not None else None
     root = _prepare_dst(os.fspath(dst), overwrite)
     with spark_for_job(spark, master) as sp:
-        return _run_dicom(
-            sp,
-            src_s,
-            root,
-            options,
-            table,
-            fractions,
-            world_size,
-            num_shards,
-            overwrite,
-            compression,
-            progress,
-            t0,
-        )
+        opts = _WriteOptions(fractions, world_size, num_shards, overwrite, compression)
+        return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
+
+
+@dataclass(frozen=True)
+class _WriteOptions:
+    """How a prep job's rows become shards (passed through to ``write_dataframe``)."""
+
+    fractions: Any
+    world_size: int | None
+    num_shards: int | None
+    overwrite: bool
+    compression: str | None
+
+
+def _list_nonempty(spark: Any, src: str) -> tuple[Any, int]:
+    """The persisted file listing of ``src`` and its size; refuses an empty source."""
+    files = _list_files(spark, src).persist()
+    n_files = files.count()
+    if n_files == 0:
+        files.unpersist()
+        raise PrepError(f"source {src} holds no files", remedy="check the path")
+    return files, n_files
+
+
+def _write_shards(df: Any, root: str, opts: _WriteOptions, **kwargs: Any) -> Any:
+    """``write_dataframe`` with the job's shard options; one split column when splitting."""
+    from gpuspark.data.write import write_dataframe
+
+    return write_dataframe(
+        df,
+        root,
+        world_size=opts.world_size,
+        num_shards=opts.num_shards,
+        split_col="split" if opts.fractions else None,
+        overwrite=opts.overwrite,
+        compression=opts.compression,
+        **kwargs,
+    )
 
 
 def _run_dicom(
@@ -432,28 +457,20 @@ def _run_dicom(
     root: str,
     options: Any,
     table: Any,
-    fractions: Any,
-    world_size: int | None,
-    num_shards: int | None,
-    overwrite: bool,
-    compression: str | None,
+    opts: _WriteOptions,
     progress: Progress | None,
     t0: float,
 ) -> PrepResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from gpuspark.data.write import write_dataframe
-
     sc = spark.sparkContext
+    fractions = opts.fractions
     counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
     cached = []
     with _Watcher(spark, progress, counters) as watch:
-        files = _list_files(spark, src).persist()
+        files, n_files = _list_nonempty(spark, src)
         cached.append(files)
-        n_files = files.count()
-        if n_files == 0:
-            raise PrepError(f"source {src} holds no files", remedy="check the path")
         watch.phase = "headers+series"  # lazy: both run in the stats job below
         heads = (
             files.repartition(_task_count(spark, n_files, 64))
@@ -483,14 +500,10 @@ def _run_dicom(
         ok = out.filter(F.col("status") == "ok").coalesce(max(1, -(-ok_bytes // SHARD_BYTES)))
         watch.phase = "write"
         extra = _dicom_extra(src, options, table, fractions, n_files, status, files_in_rows, q_rows)
-        manifest = write_dataframe(
+        manifest = _write_shards(
             ok.drop("status", "q_paths", "reason", "error_type"),
             root,
-            world_size=world_size,
-            num_shards=num_shards,
-            split_col="split" if fractions else None,
-            overwrite=overwrite,
-            compression=compression,
+            opts,
             provenance={"source": src, "job": "prep dicom"},
             extra=extra,
             sample_fn=_dicom_sample,
@@ -700,19 +713,8 @@ def prep_images(
         raise PrepError(str(exc)) from exc
     root = _prepare_dst(os.fspath(dst), overwrite)
     with spark_for_job(spark, master) as sp:
-        return _run_images(
-            sp,
-            src_s,
-            root,
-            options,
-            fractions,
-            world_size,
-            num_shards,
-            overwrite,
-            compression,
-            progress,
-            t0,
-        )
+        opts = _WriteOptions(fractions, world_size, num_shards, overwrite, compression)
+        return _run_images(sp, src_s, root, options, opts, progress, t0)
 
 
 def _run_images(
@@ -720,26 +722,18 @@ def _run_images(
     src: str,
     root: str,
     options: Any,
-    fractions: Any,
-    world_size: int | None,
-    num_shards: int | None,
-    overwrite: bool,
-    compression: str | None,
+    opts: _WriteOptions,
     progress: Progress | None,
     t0: float,
 ) -> PrepResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from gpuspark.data.write import write_dataframe
-
     sc = spark.sparkContext
+    fractions = opts.fractions
     counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
     with _Watcher(spark, progress, counters) as watch:
-        files = _list_files(spark, src).persist()
-        n_files = files.count()
-        if n_files == 0:
-            raise PrepError(f"source {src} holds no files", remedy="check the path")
+        files, n_files = _list_nonempty(spark, src)
         names = _class_names(files, src)
         if not names:
             raise PrepError(
@@ -780,14 +774,10 @@ def _run_images(
                 "by_reason": _by_reason(q_rows),
             },
         }
-        manifest = write_dataframe(
+        manifest = _write_shards(
             out.filter(F.col("status") == "ok").drop("status", "reason", "error_type", "path"),
             root,
-            world_size=world_size,
-            num_shards=num_shards,
-            split_col="split" if fractions else None,
-            overwrite=overwrite,
-            compression=compression,
+            opts,
             provenance={"source": src, "job": "prep images"},
             extra=extra,
             sample_fn=_image_sample,
