@@ -4,11 +4,17 @@ Every image pipeline delivers the same thing - batches of 224x224x3 uint8 tensor
 the shorter side to 224 + center crop where the stored form needs it) plus labels:
 
 1. loose JPEG files, ImageFolder-style map Dataset, Pillow decode, torch DataLoader (baseline)
-2. gpuspark shards holding the same JPEG bytes (``ShardDataset.loader``, simplejpeg)
+2. gpuspark shards holding the same JPEG bytes (``ShardDataset.loader``: simplejpeg decode,
+   resize + crop with torch's SIMD antialiased bilinear kernel)
 3. gpuspark shards holding the images pre-decoded to 224x224x3 uint8 (``prep --predecode``)
-4. a bare decode + resize loop over the JPEG bytes in memory, same decoder as (2): limit of (2)
+4. a bare decode + resize loop over the JPEG bytes in memory, same decoder and resize as (2):
+   the limit of (2)
 5. the ``tfrecord`` PyPI reader over the shards of (2) (bytes -> Pillow, as its README shows)
    and ``webdataset`` over tar shards of the same JPEGs (``.decode("rgb8")``)
+
+(1) and (5) resize with Pillow, as their users do (torchvision's Resize + CenterCrop on a PIL
+image is a Pillow resize); the same antialiased bilinear filter as (2). ``step_ms`` in the
+JSON times decode and resize alone, so the table can be split into the two.
 6. 3D int16 volumes (64^3, 128^3) from gpuspark shards, MB/s, against ``numpy.fromfile`` of
    the same bytes (one raw file per volume) through the same DataLoader batching: the limit
 
@@ -186,9 +192,25 @@ def make_volumes(root: Path, side: int, n: int) -> tuple[Path, list[Path]]:
 
 
 def _crop(arr: np.ndarray) -> np.ndarray:
+    """gpuspark's resize + center crop (torch SIMD kernel), as in pipeline (2)."""
     from gpuspark.data.decode import resize_center_crop
 
     return resize_center_crop(arr, SIZE)
+
+
+def _pil_crop(arr: np.ndarray) -> np.ndarray:
+    """Resize + center crop with Pillow, as the baselines' users write it (what torchvision's
+    ``Resize(224)`` + ``CenterCrop(224)`` do to a PIL image), in one ``resize`` of the crop
+    box: antialiased bilinear, the same filter as ``_crop``."""
+    from PIL import Image
+
+    h, w = arr.shape[:2]
+    src = min(h, w)
+    left, top = (w - src) / 2, (h - src) / 2
+    out = Image.fromarray(arr).resize(
+        (SIZE, SIZE), Image.Resampling.BILINEAR, box=(left, top, left + src, top + src)
+    )
+    return np.asarray(out)
 
 
 class LooseJpegs:
@@ -207,7 +229,7 @@ class LooseJpegs:
         path = self.files[i]
         with Image.open(path) as img:
             arr = np.asarray(img.convert("RGB"))
-        return torch.from_numpy(_crop(arr)), _label(path)
+        return torch.from_numpy(_pil_crop(arr)), _label(path)
 
 
 class RawVolumes:
@@ -287,7 +309,7 @@ def _tfrecord_decode(features: dict[str, Any]) -> tuple[Any, int]:
 
     with Image.open(io.BytesIO(bytes(features["image/encoded"]))) as img:
         arr = np.asarray(img.convert("RGB"))
-    return torch.from_numpy(_crop(arr)), int(features["label"][0])
+    return torch.from_numpy(_pil_crop(arr)), int(features["label"][0])
 
 
 def run_tfrecord(path: Path, workers: int) -> int:
@@ -312,7 +334,7 @@ def run_tfrecord(path: Path, workers: int) -> int:
 def _wds_sample(sample: tuple[np.ndarray, int]) -> tuple[Any, int]:
     import torch
 
-    return torch.from_numpy(_crop(sample[0])), sample[1]
+    return torch.from_numpy(_pil_crop(sample[0])), sample[1]
 
 
 def run_webdataset(urls: list[str], workers: int) -> int:
@@ -366,19 +388,25 @@ def timed(fn: Callable[[], float]) -> tuple[float, float]:
     return time.perf_counter() - t0, amount
 
 
-def measure_decoders(sample: bytes, repeat: int) -> dict[str, float]:
-    """Median ms to decode one JPEG with simplejpeg and with Pillow, alternating."""
+def measure_steps(sample: bytes, repeat: int) -> dict[str, float]:
+    """Median ms of each step alone, alternating: JPEG decode with simplejpeg and Pillow,
+    resize + center crop with gpuspark's kernel (``_crop``) and Pillow (``_pil_crop``)."""
     from gpuspark.data.decode import decode_image
 
-    times: dict[str, list[float]] = {"simplejpeg": [], "pillow": []}
+    image = decode_image(sample, "jpeg")
+    steps: dict[str, Callable[[], Any]] = {
+        "decode_simplejpeg": lambda: decode_image(sample, "jpeg", "simplejpeg"),
+        "decode_pillow": lambda: decode_image(sample, "jpeg", "pillow"),
+        "resize_gpuspark": lambda: _crop(image),
+        "resize_pillow": lambda: _pil_crop(image),
+    }
+    times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeat):
-        for backend, spent in times.items():
+        for name, step in steps.items():
             t0 = time.perf_counter()
-            decode_image(sample, "jpeg", backend)
-            spent.append(time.perf_counter() - t0)
-    out = {backend: statistics.median(spent) * 1e3 for backend, spent in times.items()}
-    out.update({f"{backend}_min": min(spent) * 1e3 for backend, spent in times.items()})
-    return out
+            step()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(spent) * 1e3 for name, spent in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -436,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:  # warm-up pass (page cache, imports); full runs rely on the median
         for fn in pipelines.values():
             fn(0, 0)
-    decoders = measure_decoders(_BYTES[0], 50)
+    steps = measure_steps(_BYTES[0], 50)
     meta = {
         "quick": args.quick,
         "images": n,
@@ -448,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         "volumes": {str(s): c for s, c in vols.items()},
         "units": "samples/s for images, MB/s (1e6 bytes) for volumes",
         "torch_threads": 1,
-        "decode_jpeg_ms": decoders,
+        "step_ms": steps,
     }
     for run in range(runs):
         for name, fn in pipelines.items():
@@ -458,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {run + 1}/{runs} done", file=sys.stderr, flush=True)
         _save(meta, results, list(vols), run + 1)  # partial results survive an interruption
     medians, ratios = _save(meta, results, list(vols), runs)
-    _print_table(medians, ratios, n, runs, decoders)
+    _print_table(medians, ratios, n, runs, steps)
     return 0
 
 
@@ -488,7 +516,7 @@ def _report(quick: bool) -> int:
     data = json.loads((RESULTS_DIR / f"bench_loader{'_quick' if quick else ''}.json").read_text())
     medians = {k: {int(w): v for w, v in by.items()} for k, by in data["median"].items()}
     ratios = data["ratios"]
-    _print_table(medians, ratios, data["images"], data["runs_completed"], data["decode_jpeg_ms"])
+    _print_table(medians, ratios, data["images"], data["runs_completed"], data["step_ms"])
     return 0
 
 
@@ -521,7 +549,7 @@ def _print_table(
     ratios: dict[str, dict[str, float]],
     n: int,
     runs: int,
-    decoders: dict[str, float],
+    steps: dict[str, float],
 ) -> None:
     print(
         f"\nbench_loader: {n} JPEGs 500x375 q90 -> 224x224x3 uint8, batch {BATCH}, "
@@ -538,11 +566,11 @@ def _print_table(
     keys = list(next(iter(ratios.values())))
     for key in keys:
         print(f"{key:<38}" + "".join(f"{ratios[f'{w} workers'][key]:>13.2f}x" for w in WORKERS))
-    line = f"JPEG decode 500x375, median: simplejpeg {decoders['simplejpeg']:.2f} ms, "
-    line += f"Pillow {decoders['pillow']:.2f} ms"
-    if "pillow_min" in decoders:
-        line += f" (min {decoders['simplejpeg_min']:.2f} / {decoders['pillow_min']:.2f} ms)"
-    print(line)
+    print(
+        f"one 500x375 image alone, median ms: decode simplejpeg {steps['decode_simplejpeg']:.2f}"
+        f" / Pillow {steps['decode_pillow']:.2f}; resize+crop gpuspark "
+        f"{steps['resize_gpuspark']:.2f} / Pillow {steps['resize_pillow']:.2f}"
+    )
 
 
 if __name__ == "__main__":

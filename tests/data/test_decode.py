@@ -57,6 +57,42 @@ def test_resize_center_crop_takes_the_middle() -> None:
     assert out[:, 1:-1].min() > 250  # crop covers only the white middle
 
 
+def _pillow_reference(arr: np.ndarray, size: int) -> np.ndarray:
+    from PIL import Image
+
+    h, w = arr.shape[:2]
+    side = min(h, w)
+    left, top = (w - side) // 2, (h - side) // 2
+    box = (left, top, left + side, top + side)
+    return np.asarray(Image.fromarray(arr).resize((size, size), Image.Resampling.BILINEAR, box=box))
+
+
+@pytest.mark.parametrize(("h", "w", "size"), [(375, 500, 224), (500, 375, 224), (64, 48, 100)])
+def test_resize_matches_pillow_antialiased_bilinear(h: int, w: int, size: int) -> None:
+    rng = np.random.default_rng(0)
+    smooth = _image(h, w).astype(np.int16) + rng.integers(-4, 5, (h, w, 3))
+    arr = np.clip(smooth, 0, 255).astype(np.uint8)
+    out = resize_center_crop(arr, size)
+    ref = _pillow_reference(arr, size)
+    assert out.shape == (size, size, 3) and out.dtype == np.uint8 and out.flags.c_contiguous
+    assert np.abs(out.astype(int) - ref).mean() < 1.5  # same filter, rounding differs
+
+
+def test_resize_keeps_dtype_and_channels() -> None:
+    gray = np.tile(np.arange(90, dtype=np.uint16)[None, :] * 500, (60, 1))
+    out = resize_center_crop(gray, 30)
+    assert out.shape == (30, 30) and out.dtype == np.uint16
+    assert 0 < out.min() < out.max() <= 44500
+    ro = _image(40, 40)
+    ro.flags.writeable = False  # a read-only view straight from a memory-mapped shard
+    assert resize_center_crop(ro, 20).shape == (20, 20, 3)
+
+
+def test_resize_shorter_than_crop_is_refused() -> None:
+    with pytest.raises(ValueError, match="resize=200 needs a size and must be >= size=224"):
+        ImageDecode(size=224, resize=200)
+
+
 def test_float_chw_normalised() -> None:
     arr = np.full((32, 32, 3), 255, np.uint8)
     out = ImageDecode(size=16, dtype="float32", layout="CHW", mean=(0.5,) * 3, std=(0.5,) * 3)

@@ -34,6 +34,24 @@ def test_masked_crc32c_known_values():
     assert fmt.masked_crc32c(b"") == 0xA282EAD8
 
 
+def test_masked_crc32c_same_without_the_fast_crc_package(monkeypatch):
+    import builtins
+
+    data = bytes(range(256)) * 41
+    fast = fmt.masked_crc32c(memoryview(data))
+    real_import = builtins.__import__
+
+    def no_crc32c(name, *args, **kwargs):
+        if name == "crc32c":
+            raise ImportError("crc32c is not installed")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_crc32c)
+    monkeypatch.setattr(fmt, "_crc32c", None)
+    assert fmt.masked_crc32c(memoryview(data)) == fast == fmt.masked_crc32c(bytearray(data))
+    monkeypatch.setattr(fmt, "_crc32c", None)  # the next caller picks the fast one again
+
+
 def test_frame_layout_and_parse():
     rec = fmt.frame(b"hello")
     assert len(rec) == 8 + 4 + 5 + 4

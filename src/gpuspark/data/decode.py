@@ -3,7 +3,8 @@
 JPEG is decoded with ``simplejpeg`` (libjpeg-turbo); on 500x375 q90 images it decoded in
 0.90 ms against Pillow's 1.45 ms on the development machine (``benchmarks/bench_loader.py``
 measures it again, ``decode_jpeg_ms`` in its JSON). PNG and other formats go through Pillow.
-Resize + center crop is one Pillow ``resize`` with a crop ``box`` (no intermediate image).
+Resize + center crop is one antialiased bilinear resample of the central crop with torch's
+SIMD uint8 kernel (4.5x faster than Pillow's ``resize`` here).
 """
 
 from __future__ import annotations
@@ -54,22 +55,46 @@ def decode_image(data: bytes | memoryview, fmt: str | None = None, backend: str 
 
 def resize_center_crop(image: np.ndarray, size: int, resize: int | None = None) -> np.ndarray:
     """Resize so the shorter side is ``resize`` (default ``size``), then crop the center
-    ``size x size`` (bilinear, antialiased; done as one Pillow resize of the crop box)."""
-    from PIL import Image
+    ``size x size``: bilinear with antialiasing, as one resample of the central crop.
 
+    Runs torch's SIMD uint8 kernel (``interpolate(antialias=True)`` on a channels-last
+    tensor): 0.27 ms for 500x375 -> 224x224 against 1.22 ms for the same Pillow resize on
+    the development machine (``bench_loader.py`` measures both, ``resize_ms`` in its JSON).
+    """
+    squeeze = image.ndim == 2
+    if squeeze:
+        image = image[:, :, None]
     h, w = image.shape[:2]
     short = resize or size
-    scale = short / min(h, w)
-    # The crop in source pixels that maps onto the size x size output.
-    src = size / scale
-    left, top = (w - src) / 2, (h - src) / 2
     if (h, w) == (size, size) and short == size:
-        return image
-    pil = Image.fromarray(image)
-    out = pil.resize(
-        (size, size), Image.Resampling.BILINEAR, box=(left, top, left + src, top + src)
-    )
-    return np.asarray(out)
+        return image[:, :, 0] if squeeze else image
+    # The central square of the source that maps onto the size x size output.
+    side = max(1, min(round(min(h, w) * size / short), h, w))
+    top, left = (h - side) // 2, (w - side) // 2
+    out = _resample(image[top : top + side, left : left + side], size)
+    return out[:, :, 0] if squeeze else out
+
+
+def _resample(region: np.ndarray, size: int) -> np.ndarray:
+    import torch
+    from torch.nn.functional import interpolate
+
+    buf = region if region.flags.writeable else region.copy()  # torch wants writable memory
+    # The kernel's fast path needs a channels-last tensor (HWC memory), made explicit here.
+    nchw = torch.from_numpy(buf).permute(2, 0, 1).unsqueeze(0)
+    nchw = nchw.contiguous(memory_format=torch.channels_last)
+    dtype = nchw.dtype
+    if dtype not in (torch.uint8, torch.float32):
+        nchw = nchw.float()
+    out = interpolate(nchw, size=(size, size), mode="bilinear", antialias=True)
+    if out.dtype != dtype:
+        out = out.round_().clamp_(*_limits(buf.dtype)).to(dtype)
+    return out[0].permute(1, 2, 0).contiguous().numpy()
+
+
+def _limits(dtype: np.dtype) -> tuple[float, float]:
+    info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else np.finfo(dtype)
+    return float(info.min), float(info.max)
 
 
 @dataclass(frozen=True)
@@ -104,6 +129,11 @@ class ImageDecode:
             raise ValueError(f"backend must be one of {DECODERS}, got: {self.backend!r}")
         if self.size is not None and self.size < 1:
             raise ValueError(f"size must be >= 1, got: {self.size}")
+        if self.resize is not None and (self.size is None or self.resize < self.size):
+            raise ValueError(
+                f"resize={self.resize} needs a size and must be >= size={self.size} "
+                "(it is the shorter side before the center crop)"
+            )
 
     def image(self, data: bytes | memoryview | np.ndarray, fmt: str | None = None) -> np.ndarray:
         """Decode (unless already an array), resize/crop, convert one image."""
@@ -183,12 +213,19 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
 
 def _fields(buf: memoryview, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """``(field, wire_type, a, b)``: for length-delimited fields ``buf[a:b]`` is the value,
-    for varints ``a`` is the value, for fixed32 ``buf[a:a+4]``."""
+    for varints ``a`` is the value, for fixed32 ``buf[a:a+4]``. One-byte varints (every key
+    and most lengths) are read inline: this loop runs for every field of every sample."""
     while pos < end:
-        key, pos = _varint(buf, pos)
+        key = buf[pos]
+        pos += 1
+        if key >= 0x80:
+            key, pos = _varint(buf, pos - 1)
         field_no, wire = key >> 3, key & 7
         if wire == 2:
-            size, pos = _varint(buf, pos)
+            size = buf[pos]
+            pos += 1
+            if size >= 0x80:
+                size, pos = _varint(buf, pos - 1)
             yield field_no, 2, pos, pos + size
             pos += size
         elif wire == 0:

@@ -47,7 +47,7 @@ import json
 import os
 import struct
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, NamedTuple
 
@@ -153,12 +153,32 @@ class SampleError(GpusparkError, ValueError):
 # --------------------------------------------------------------------------- CRC + framing
 
 
+def _crc32c_function() -> Callable[[bytes | bytearray | memoryview], int]:
+    """``crc32c.crc32c`` (hardware CRC, reads any buffer in place: a memory-mapped record is
+    checked without a copy); else ``google_crc32c.value``, whose C extension takes only
+    ``bytes`` and so costs a copy of every memoryview."""
+    try:
+        from crc32c import crc32c
+
+        return crc32c  # type: ignore[no-any-return]
+    except ImportError:
+        import google_crc32c
+
+        def value(data: bytes | bytearray | memoryview) -> int:
+            return int(google_crc32c.value(data if isinstance(data, bytes) else bytes(data)))
+
+        return value
+
+
+_crc32c: Callable[[bytes | bytearray | memoryview], int] | None = None
+
+
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """TensorFlow's masked CRC-32C of ``data`` (``((crc >> 15) | (crc << 17)) + 0xa282ead8``)."""
-    import google_crc32c
-
-    # The C extension takes only ``bytes`` (its "y#" argument refuses memoryview/bytearray).
-    crc = google_crc32c.value(data if isinstance(data, bytes) else bytes(data))
+    global _crc32c
+    if _crc32c is None:
+        _crc32c = _crc32c_function()
+    crc = _crc32c(data)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 

@@ -541,15 +541,29 @@ def collate(samples: list[Any]) -> Any:
     if isinstance(first, (tuple, list)):
         return type(first)(collate(list(col)) for col in zip(*samples, strict=True))
     if isinstance(first, np.ndarray):
-        out = np.empty((len(samples), *first.shape), dtype=first.dtype)
+        batch = _batch_tensor((len(samples), *first.shape), first.dtype)
+        out = batch.numpy()
         for i, s in enumerate(samples):
             out[i] = s
-        return torch.from_numpy(out)
+        return batch
     if isinstance(first, torch.Tensor):
         return torch.stack(samples)
     if isinstance(first, (bool, int, float, np.number, np.bool_)):
         return torch.as_tensor(np.asarray(samples))
     return list(samples)
+
+
+def _batch_tensor(shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """An empty batch tensor; in a DataLoader worker it lives in shared memory from the start,
+    so handing it to the main process does not copy it again (as torch's default_collate)."""
+    import torch
+
+    if not _in_worker():  # numpy's allocator: large arrays get transparent huge pages
+        return torch.from_numpy(np.empty(shape, dtype=dtype))
+    tdtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    numel = int(np.prod(shape))
+    storage = torch.empty(0, dtype=tdtype)._typed_storage()._new_shared(numel)
+    return torch.empty(0, dtype=tdtype).set_(storage).view(shape)
 
 
 class _BatchSource(_torch_iterable_base()):  # type: ignore[misc]
