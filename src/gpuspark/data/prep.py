@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,13 +31,8 @@ QUARANTINE_FILE = "quarantine.parquet"
 SHARD_BYTES = 128 << 20
 Progress = Callable[[dict[str, Any]], None]
 
-_HEADER_DDL = "path string, length long, series_uid string, reason string, error_type string"
-_SERIES_DDL = (
-    "status string, id string, series_uid string, study_uid string, patient_hash string, "
-    "modality string, label int, split string, volume binary, shape array<int>, "
-    "dtype string, spacing array<double>, orig_spacing array<double>, orig_shape array<int>, "
-    "slices int, files int, window string, q_paths array<string>, reason string, "
-    "error_type string"
+_HEADER_DDL = (
+    "path string, length long, series_uid string, split string, reason string, error_type string"
 )
 _IMAGE_DDL = (
     "status string, id string, label int, label_name string, split string, image binary, "
@@ -206,9 +201,51 @@ def _list_files(spark: Any, src: str) -> Any:
     return reader.load(src).select("path", "length")
 
 
+def _cores(spark: Any) -> int:
+    """Task slots of the cluster now (registered executors); ``defaultParallelism`` while
+    none has registered yet."""
+    sc = spark.sparkContext
+    try:
+        jsc = sc._jsc.sc()
+        slots = int(
+            jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
+        )
+    except Exception:  # an API of Spark's own scheduler, not public: fall back
+        slots = 0
+    return slots if slots > 0 else max(1, sc.defaultParallelism)
+
+
 def _task_count(spark: Any, items: int, per_task: int, per_core: int = 4) -> int:
     """Enough tasks to balance the cores, but at least ``per_task`` items per task."""
-    return max(1, min(-(-items // per_task), spark.sparkContext.defaultParallelism * per_core))
+    return max(1, min(-(-items // per_task), _cores(spark) * per_core))
+
+
+_UNIT_DDL = "path string, is_dir boolean, size long"
+
+
+def _source_units(spark: Any, src: str) -> Any:
+    """The units of ``src`` (files, and directories the tasks walk) as a DataFrame of two
+    tasks per core with even shares of bytes (:mod:`gpuspark.data.listing`); refuses a
+    source with nothing in it."""
+    from gpuspark.data.listing import deal, plan_units
+
+    cores = _cores(spark)
+    units = plan_units(src, want=8 * cores)
+    if not units:
+        raise PrepError(f"source {src} holds no files", remedy="check the path")
+    parts = deal(units, 2 * cores)
+    rdd = spark.sparkContext.parallelize(parts, len(parts)).flatMap(lambda part: part)
+    return spark.createDataFrame(rdd, _UNIT_DDL)
+
+
+def _walk(batches: Iterable[Any]) -> Iterator[tuple[str, int]]:
+    """Every file of the units in ``batches`` (runs in the tasks)."""
+    from gpuspark.data.listing import walk_unit
+
+    for batch in batches:
+        cols = [batch.column(c).to_pylist() for c in ("path", "is_dir", "size")]
+        for unit in zip(*cols, strict=True):
+            yield from walk_unit(unit)
 
 
 def _write_quarantine(dst: str, rows: list[dict[str, Any]]) -> str | None:
@@ -267,82 +304,106 @@ def _arrow_schema(ddl: str) -> Any:
     return pa.schema([(n, types[t]) for n, t in (c.split(" ", 1) for c in ddl.split(", "))])
 
 
-def _header_fn(rows_acc: Any, q_acc: Any) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def _header_fn(
+    q_acc: Any, fractions: Sequence[float] | None, salt: str
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """List the units and read the header of every file: its series and split (by the hashed
+    patient id, the rule ``prep_series`` applies), or why it is quarantined."""
+
     def headers(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        from gpuspark.data.dicom import read_header
-
         schema = _arrow_schema(_HEADER_DDL)
-        for batch in batches:
-            out = []
-            paths = batch.column("path").to_pylist()
-            lengths = batch.column("length").to_pylist()
-            for path, length in zip(paths, lengths, strict=True):
-                rec = {"path": path, "length": length}
-                try:
-                    rec["series_uid"] = read_header(path).series_uid
-                except Exception as e:  # never fail the job on one file
-                    q_acc.add(1)
-                    qe = QuarantineError.wrap(e, "unreadable DICOM", path)
-                    rec.update(reason=qe.reason, error_type=qe.error_type)
-                out.append(rec)
+        out: list[dict[str, Any]] = []
+        for path, length in _walk(batches):
+            out.append(_header_row(path, length, fractions, salt, q_acc))
+            if len(out) >= 512:
+                yield pa.RecordBatch.from_pylist(out, schema=schema)
+                out = []
+        if out:
             yield pa.RecordBatch.from_pylist(out, schema=schema)
 
     return headers
 
 
-def _series_fn(
-    options: Any, labels: Any, split: Sequence[float] | None, rows_acc: Any, q_acc: Any
-) -> Callable[[Any], Any]:
-    cols = [c.split()[0] for c in _SERIES_DDL.split(", ")]
+def _header_row(
+    path: str, length: int, fractions: Sequence[float] | None, salt: str, q_acc: Any
+) -> dict[str, Any]:
+    from gpuspark.data.dicom import read_header
+    from gpuspark.data.sources import assign_split, hash_patient
 
-    def one_series(table: Any) -> Any:
-        import pyarrow as pa
+    rec: dict[str, Any] = {"path": path, "length": length}
+    try:
+        h = read_header(path)
+    except Exception as e:  # never fail the job on one file
+        q_acc.add(1)
+        qe = QuarantineError.wrap(e, "unreadable DICOM", path)
+        rec.update(reason=qe.reason, error_type=qe.error_type)
+        return rec
+    rec["series_uid"] = h.series_uid
+    if fractions:
+        patient = hash_patient(h.patient_id or h.study_uid or h.series_uid, salt)
+        rec["split"] = assign_split(patient, fractions)
+    return rec
 
+
+def _series_writer(
+    options: Any,
+    labels: Any,
+    fractions: Sequence[float] | None,
+    layout: list[str | None],
+    counters: dict[str, Any],
+) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
+    """The task of one shard: assemble its series one at a time (one series' pixels in
+    memory), write each as a sample, report the quarantined ones and the counts."""
+    rows_acc, q_acc = counters["rows"], counters["quarantined"]
+
+    def shard_task(shard: int, batches: Iterable[Any]) -> Iterator[Any]:
         from gpuspark.data.dicom import prep_series
+        from gpuspark.data.write import Report
 
-        schema = _arrow_schema(_SERIES_DDL)
-        files = sorted(table.column("path").to_pylist())
-        uid = table.column("series_uid")[0].as_py()
-        try:
-            row = prep_series(files, options, labels=labels, split=split)
-        except Exception as e:
-            qe = QuarantineError.wrap(e, "series failed")
-            q_acc.add(len(files))
-            err = qe.error_type if qe.path is None else f"{qe.error_type} ({qe.path})"
-            rec = {
-                "status": "quarantined",
-                "series_uid": uid,
-                "q_paths": files,
-                "reason": qe.reason,
-                "error_type": err,
-            }
-            return pa.Table.from_pylist([rec], schema=schema)
-        rows_acc.add(1)
-        vol = row.pop("volume")
-        row.update(status="ok", volume=vol.tobytes(), shape=list(vol.shape), dtype=str(vol.dtype))
-        return pa.Table.from_pylist([{c: row.get(c) for c in cols}], schema=schema)
+        files: dict[str, list[str]] = {}
+        for batch in batches:
+            paths, uids = batch.column("path").to_pylist(), batch.column("series_uid").to_pylist()
+            for path, uid in zip(paths, uids, strict=True):
+                files.setdefault(uid, []).append(path)
+        rows = in_rows = 0
+        for uid in sorted(files):
+            paths = sorted(files[uid])
+            try:
+                row = prep_series(paths, options, labels=labels, split=fractions)
+                if row.get("split") != layout[shard]:
+                    raise QuarantineError("files of the series name different patients", "Split")
+            except Exception as e:  # never fail the job on one series
+                q_acc.add(len(paths))
+                qe = QuarantineError.wrap(e, "series failed")
+                err = qe.error_type if qe.path is None else f"{qe.error_type} ({qe.path})"
+                yield Report(series_uid=uid, paths=paths, reason=qe.reason, error_type=err)
+                continue
+            rows_acc.add(1)
+            rows, in_rows = rows + 1, in_rows + len(paths)
+            yield _dicom_sample(row)
+        yield Report(rows=rows, files_in_rows=in_rows)
 
-    return one_series
+    return shard_task
 
 
 def _dicom_sample(row: dict[str, Any]) -> dict[str, Any]:
-    """Spark row -> shard sample (runs in the write tasks)."""
-    import numpy as np
-
-    vol = np.frombuffer(row["volume"], dtype=row["dtype"]).reshape(row["shape"])
+    """``prep_series`` row -> shard sample."""
     sample = {
-        "volume": vol,
-        "id": row["id"],
-        "series_uid": row["series_uid"],
-        "study_uid": row["study_uid"],
-        "patient_hash": row["patient_hash"],
-        "modality": row["modality"],
-        "spacing": [float(x) for x in row["spacing"]],
-        "orig_spacing": [float(x) for x in row["orig_spacing"]],
-        "orig_shape": [int(x) for x in row["orig_shape"]],
-        "slices": int(row["slices"]),
+        key: row[key]
+        for key in (
+            "volume",
+            "id",
+            "series_uid",
+            "study_uid",
+            "patient_hash",
+            "modality",
+            "spacing",
+            "orig_spacing",
+            "orig_shape",
+            "slices",
+        )
     }
     if row.get("label") is not None:
         sample["label"] = int(row["label"])
@@ -461,90 +522,191 @@ def _run_dicom(
     progress: Progress | None,
     t0: float,
 ) -> PrepResult:
+    """Two jobs: (1) list and read headers in tasks, count files per series; (2) one task
+    per planned shard assembles its series and writes them (``write_partitions``)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    from gpuspark.data.write import write_partitions
+
     sc = spark.sparkContext
-    fractions = opts.fractions
     counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
-    cached = []
     with _Watcher(spark, progress, counters) as watch:
-        files, n_files = _list_nonempty(spark, src)
-        cached.append(files)
-        watch.phase = "headers+series"  # lazy: both run in the stats job below
+        watch.phase = "headers"
         heads = (
-            files.repartition(_task_count(spark, n_files, 64))
-            .mapInArrow(_header_fn(counters["rows"], counters["quarantined"]), _HEADER_DDL)
+            _source_units(spark, src)
+            .mapInArrow(
+                _header_fn(counters["quarantined"], opts.fractions, options.salt), _HEADER_DDL
+            )
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
-        cached.append(heads)
-        good = heads.filter(F.col("reason").isNull()).select("path", "series_uid")
-        fn = _series_fn(options, table, fractions, counters["rows"], counters["quarantined"])
-        out = (
-            good.repartition(_task_count(spark, n_files, 32), "series_uid")
-            .groupBy("series_uid")
-            .applyInArrow(fn, _SERIES_DDL)
-            .persist(StorageLevel.DISK_ONLY)
-        )
-        cached.append(out)
-        stats = out.groupBy("status").agg(
-            F.count("*").alias("n"), F.sum("files").alias("f"), F.sum(F.length("volume")).alias("b")
-        )
-        stats_rows = stats.collect()
-        status = {r["status"]: r["n"] for r in stats_rows}
-        files_in_rows = sum(r["f"] or 0 for r in stats_rows if r["status"] == "ok")
-        ok_bytes = sum(r["b"] or 0 for r in stats_rows if r["status"] == "ok")
-        q_rows = _collect_quarantine(heads, out)
-        # shards of about SHARD_BYTES: no empty shards for small cohorts (write_dataframe
-        # rounds the count up to a multiple of the world size per split)
-        ok = out.filter(F.col("status") == "ok").coalesce(max(1, -(-ok_bytes // SHARD_BYTES)))
-        watch.phase = "write"
-        extra = _dicom_extra(src, options, table, fractions, n_files, status, files_in_rows, q_rows)
-        manifest = _write_shards(
-            ok.drop("status", "q_paths", "reason", "error_type"),
-            root,
-            opts,
-            provenance={"source": src, "job": "prep dicom"},
-            extra=extra,
-            sample_fn=_dicom_sample,
-        )
-    for df in cached:
-        df.unpersist()
+        try:
+            n_files, series, q_head = _series_table(heads)
+            if n_files == 0:
+                raise PrepError(f"source {src} holds no files", remedy="check the path")
+            layout, assign = plan_shards(
+                series,
+                world_size=opts.world_size,
+                num_shards=opts.num_shards,
+                tasks=2 * _cores(spark),
+                shard_bytes=SHARD_BYTES,
+            )
+            table_rdd = sc.parallelize(sorted(assign.items()) or [("", 0)], 1)  # 1 task
+            keyed = spark.createDataFrame(table_rdd, f"series_uid string, {_SHARD} int")
+            good = heads.filter(F.col("reason").isNull()).select("path", "series_uid")
+            watch.phase = "series+write"
+            done: dict[str, Any] = {}
+
+            def extra(reports: list[dict[str, Any]]) -> dict[str, Any]:
+                done.update(_tally(reports, q_head))
+                status = {"ok": done["rows"], "quarantined": done["series_quarantined"]}
+                return _dicom_extra(
+                    src,
+                    options,
+                    table,
+                    opts.fractions,
+                    n_files,
+                    status,
+                    done["files_in_rows"],
+                    done["q_rows"],
+                )
+
+            manifest, _ = write_partitions(
+                good.join(F.broadcast(keyed), "series_uid"),
+                root,
+                layout,
+                _SHARD,
+                _series_writer(options, table, opts.fractions, layout, counters),
+                overwrite=opts.overwrite,
+                compression=opts.compression,
+                provenance={"source": src, "job": "prep dicom"},
+                extra=extra,
+                world_size=opts.world_size,
+            )
+        finally:
+            heads.unpersist()
+    q_rows = done["q_rows"]
     qpath = _write_quarantine(root, q_rows)
     return PrepResult(
         dataset=root,
         kind="dicom",
         inputs=n_files,
         rows=manifest.total_records,
-        files_in_rows=int(files_in_rows),
+        files_in_rows=done["files_in_rows"],
         quarantined=len(q_rows),
-        quarantined_items=int(status.get("quarantined", 0))
-        + sum(1 for r in q_rows if r["stage"] == "header"),
+        quarantined_items=done["series_quarantined"] + len(q_head),
         by_reason=_by_reason(q_rows),
         splits=_split_counts(manifest),
         shards=len(manifest.shards),
         bytes=sum(s.bytes for s in manifest.shards),
         seconds=round(time.monotonic() - t0, 3),
         quarantine_path=qpath,
-        label_map=extra.get("label_map", {}),
+        label_map=manifest.extra.get("label_map", {}),
         timings=watch.timings,
     )
 
 
-def _collect_quarantine(heads: Any, out: Any) -> list[dict[str, Any]]:
+_SHARD = "_gpuspark_shard"
+
+
+def _series_table(heads: Any) -> tuple[int, dict[str, tuple[Any, int, int]], list[dict]]:
+    """Files listed; each series' (split, readable files, bytes); the files quarantined at
+    the header. The first of these small jobs also runs the listing and header tasks."""
     from pyspark.sql import functions as F
 
-    h = heads.filter(F.col("reason").isNotNull()).select(
-        "path", "series_uid", "reason", "error_type", F.lit("header").alias("stage")
+    rows = (
+        heads.groupBy("series_uid")
+        .agg(F.count("*").alias("n"), F.min("split").alias("split"), F.sum("length").alias("b"))
+        .collect()
     )
-    s = out.filter(F.col("status") == "quarantined").select(
-        F.explode("q_paths").alias("path"),
-        "series_uid",
-        "reason",
-        "error_type",
-        F.lit("series").alias("stage"),
-    )
-    return [r.asDict() for r in h.unionByName(s).collect()]
+    series = {
+        r["series_uid"]: (r["split"], int(r["n"]), int(r["b"] or 0))
+        for r in rows
+        if r["series_uid"] is not None
+    }
+    q_head = [
+        {**r.asDict(), "stage": "header"}
+        for r in heads.filter(F.col("reason").isNotNull())
+        .select("path", "series_uid", "reason", "error_type")
+        .collect()
+    ]
+    return sum(int(r["n"]) for r in rows), series, q_head
+
+
+def _tally(reports: list[dict[str, Any]], q_head: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts and quarantine rows from the shard tasks' reports."""
+    q_rows = list(q_head)
+    series_q = 0
+    for rep in reports:
+        if "paths" in rep:
+            series_q += 1
+            q_rows.extend(
+                {
+                    "path": path,
+                    "series_uid": rep["series_uid"],
+                    "reason": rep["reason"],
+                    "error_type": rep["error_type"],
+                    "stage": "series",
+                }
+                for path in rep["paths"]
+            )
+    counts = [rep for rep in reports if "rows" in rep]
+    return {
+        "rows": sum(rep["rows"] for rep in counts),
+        "files_in_rows": sum(rep["files_in_rows"] for rep in counts),
+        "series_quarantined": series_q,
+        "q_rows": q_rows,
+    }
+
+
+def plan_shards(
+    series: dict[str, tuple[Any, int, int]],
+    *,
+    world_size: int | None,
+    num_shards: int | None,
+    tasks: int,
+    shard_bytes: int,
+) -> tuple[list[Any], dict[str, int]]:
+    """The shards of a series job and the shard of each series: ``(split of each shard,
+    {series: shard})`` from ``{series: (split, files, bytes)}``.
+
+    Each split gets a multiple of ``world_size`` shards (``num_shards`` each if given; else
+    enough for ``shard_bytes`` of input per shard and, across splits, about ``tasks`` shards
+    in proportion to their series); series are dealt largest first in a snake order, so a
+    split's shards differ by at most one series and carry about the same work.
+    """
+    ws = world_size or 1
+    if num_shards is not None and (num_shards <= 0 or num_shards % ws):
+        raise PrepError(
+            f"num_shards={num_shards} must be a positive multiple of world_size={ws}",
+            remedy="leave it out to size shards automatically",
+        )
+    by_split: dict[Any, list[tuple[str, int, int]]] = {}
+    for uid, (split, files, nbytes) in series.items():
+        by_split.setdefault(split, []).append((uid, files, nbytes))
+    if not by_split:
+        return [None] * (num_shards or ws), {}
+    layout: list[Any] = []
+    assign: dict[str, int] = {}
+    for split in sorted(by_split, key=lambda x: (x is None, x)):
+        items = sorted(by_split[split], key=lambda t: (-t[1], t[0]))
+        k = num_shards or _round_up(
+            max(
+                1,
+                -(-sum(t[2] for t in items) // shard_bytes),
+                round(tasks * len(items) / len(series)),
+            ),
+            ws,
+        )
+        for i, (uid, _, _) in enumerate(items):
+            lap, col = divmod(i, k)
+            assign[uid] = len(layout) + (col if lap % 2 == 0 else k - 1 - col)
+        layout.extend([split] * k)
+    return layout, assign
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
 
 
 def _dicom_extra(

@@ -37,9 +37,11 @@ from gpuspark.errors import GpusparkError, did_you_mean
 
 __all__ = [
     "DEFAULT_TARGET_SHARD_BYTES",
+    "Report",
     "ShardWriter",
     "balanced_counts",
     "write_dataframe",
+    "write_partitions",
 ]
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
@@ -47,6 +49,15 @@ _STAGING_PREFIX = "_gpuspark_staging-"
 _SHARD_RE = re.compile(r"^[\w.=-]+-\d{5}-[0-9a-f]{8}\.tfrecord(\.idx)?$")
 _KEY_COL = "__gpuspark_shard_key"
 SampleFn = Callable[[dict[str, Any]], Mapping[str, Any]]
+
+
+class Report(dict):  # type: ignore[type-arg]
+    """What a :func:`write_partitions` task hands back to the driver instead of writing it
+    (a quarantined input, a per-task count): a plain JSON-able dict."""
+
+
+PartitionFn = Callable[[int, Iterable[Any]], Iterable[Mapping[str, Any]]]
+"""``(shard index, pyarrow RecordBatches) -> samples and Reports`` (runs in the tasks)."""
 
 
 # --------------------------------------------------------------------------- one shard file
@@ -446,7 +457,7 @@ def spark_hash_int(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
-def _hash_keys(n: int) -> list[int]:
+def partition_keys(n: int) -> list[int]:
     """For each partition p < n, a small int that ``repartition(n, col)`` sends to p.
 
     Spark hash partitioning places a row in ``pmod(murmur3(col, 42), n)`` (the same value as
@@ -512,7 +523,7 @@ def _plan(
     for s in sorted(n_shards, key=lambda x: (x is None, x)):
         base[s] = len(layout)
         layout.extend((s, j) for j in range(n_shards[s]))
-    keys = _hash_keys(len(layout))
+    keys = partition_keys(len(layout))
     offsets = _partition_offsets(count_rows)
     parts = []
     for s in base:
@@ -554,8 +565,10 @@ def _task_writer(
     keys: list[int] | None,
     compression: str | None,
     sample_fn: SampleFn | None,
+    partition_fn: PartitionFn | None = None,
 ) -> Callable[[Iterable[Any]], Iterable[Any]]:
-    """The ``mapInArrow`` function that writes one shard per task attempt."""
+    """The ``mapInArrow`` function that writes one shard per task attempt: the rows of the
+    partition (through ``sample_fn``), or what ``partition_fn`` makes of them."""
 
     def write_partition(batches: Iterable[Any]) -> Iterable[Any]:
         import pyarrow as pa
@@ -567,9 +580,19 @@ def _task_writer(
         attempt_dir = os.path.join(staging, f"p{pid:05d}-a{attempt}")
         os.mkdir(attempt_dir)  # no parents: fails once the driver removed the staging dir
         shard = _ShardFile(os.path.join(attempt_dir, names[pid]), compression)
+        key = keys[pid] if keys else None
+        reports: list[dict[str, Any]] = []
         try:
-            for batch in batches:
-                _write_batch(shard, batch, keys[pid] if keys else None, sample_fn)
+            if partition_fn is None:
+                for batch in batches:
+                    _write_batch(shard, batch, key, sample_fn)
+            else:
+                checked = (_checked_batch(b, key) for b in batches)
+                for item in partition_fn(pid, checked):
+                    if isinstance(item, Report):
+                        reports.append(dict(item))
+                    else:
+                        shard.write(item)
             shard.finish()
         except BaseException:
             shard.discard()
@@ -584,6 +607,7 @@ def _task_writer(
                     "bytes": shard.bytes,
                     "hash": shard.hash,
                     "schema": json.dumps(shard.schema.schema),
+                    "reports": json.dumps(reports),
                 }
             ],
             schema=_result_schema(),
@@ -592,20 +616,26 @@ def _task_writer(
     return write_partition
 
 
+def _checked_batch(batch: Any, key: int | None) -> Any:
+    """``batch`` without the shard key column, after checking every row carries ``key``."""
+    if key is None:
+        return batch
+    col = batch.column(batch.schema.get_field_index(_KEY_COL))
+    if col.null_count or any(v != key for v in set(col.to_pylist())):
+        raise GpusparkError(f"internal error: rows of another shard in shard key {key}")
+    return batch.drop_columns([_KEY_COL])
+
+
 def _write_batch(
     shard: _ShardFile, batch: Any, key: int | None, sample_fn: SampleFn | None
 ) -> None:
-    if key is not None:
-        col = batch.column(batch.schema.get_field_index(_KEY_COL))
-        if col.null_count or any(v != key for v in set(col.to_pylist())):
-            raise GpusparkError(f"internal error: rows of another shard in shard key {key}")
-        batch = batch.drop_columns([_KEY_COL])
-    for row in batch.to_pylist():
+    for row in _checked_batch(batch, key).to_pylist():
         shard.write(sample_fn(row) if sample_fn else row)
 
 
 _RESULT_DDL = (
-    "partition int, attempt long, file string, records long, bytes long, hash string, schema string"
+    "partition int, attempt long, file string, records long, bytes long, hash string, "
+    "schema string, reports string"
 )
 
 
@@ -621,6 +651,7 @@ def _result_schema() -> Any:
             ("bytes", pa.int64()),
             ("hash", pa.string()),
             ("schema", pa.string()),
+            ("reports", pa.string()),
         ]
     )
 
@@ -713,6 +744,34 @@ def _write_spark(
     finally:
         if cached:
             df.unpersist()
+    prov = _spark_provenance(df, provenance, "write_dataframe")
+    manifest, staged = _staged_manifest(results, layout, names, staging, compression, prov)
+    manifest.extra.update(extra or {})
+    if world_size:
+        manifest.extra.setdefault("world_size", world_size)
+    return _commit(root, staged, manifest, old, staging)
+
+
+def _spark_provenance(df: Any, given: Mapping[str, Any] | None, writer: str) -> dict[str, Any]:
+    sc = df.sparkSession.sparkContext
+    return _provenance(
+        "spark",
+        given,
+        writer=writer,
+        spark_application_id=sc.applicationId,
+        spark_master=sc.master,
+    )
+
+
+def _staged_manifest(
+    results: list[Any],
+    layout: list[tuple[Any, int]],
+    names: list[str],
+    staging: str,
+    compression: str | None,
+    prov: dict[str, Any],
+) -> tuple[Manifest, list[tuple[str, ShardInfo]]]:
+    """The manifest of the shards the winning task attempts staged (one per layout entry)."""
     by_partition = {r["partition"]: r for r in results}
     if sorted(by_partition) != list(range(len(layout))) or len(results) != len(layout):
         raise GpusparkError(
@@ -730,15 +789,63 @@ def _write_spark(
         info = ShardInfo(names[pid], r["records"], r["bytes"], r["hash"], names[pid] + ".idx")
         staged.append((src, info))
         shards.append((info, split, json.loads(r["schema"])))
-    spark = df.sparkSession
-    prov = _provenance(
-        "spark",
-        provenance,
-        writer="write_dataframe",
-        spark_application_id=spark.sparkContext.applicationId,
-        spark_master=spark.sparkContext.master,
-    )
-    manifest = _build_manifest(shards, compression, prov, dict(extra or {}))
-    if world_size:
-        manifest.extra.setdefault("world_size", world_size)
-    return _commit(root, staged, manifest, old, staging)
+    return _build_manifest(shards, compression, prov, {}), staged
+
+
+def write_partitions(
+    df: Any,
+    path: str | os.PathLike[str],
+    splits: list[str | None],
+    shard_col: str,
+    partition_fn: PartitionFn,
+    *,
+    overwrite: bool = False,
+    compression: str | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    extra: Callable[[list[dict[str, Any]]], Mapping[str, Any]] | None = None,
+    world_size: int | None = None,
+) -> tuple[Manifest, list[dict[str, Any]]]:
+    """Write a dataset whose shards the caller has planned: shard ``i`` (split ``splits[i]``)
+    is made from the rows whose int column ``shard_col`` is ``i``, by
+    ``partition_fn(i, batches)``, in one task; return the manifest and the :class:`Report`
+    records of the winning task attempts.
+
+    For jobs that do their heavy work while writing (read, assemble, transform each input,
+    one at a time), so nothing is cached or shuffled after it. ``partition_fn`` yields the
+    samples to write and ``Report`` dicts to return (quarantined inputs, counts); the
+    manifest's ``extra`` is ``extra(reports)``. Same staging and commit as
+    :func:`write_dataframe`: exactly one attempt's shard and reports count per shard.
+    """
+    from pyspark.sql import functions as F
+
+    if compression not in fmt.CODECS:
+        raise fmt._bad_codec(compression)
+    for split in {s for s in splits if s is not None}:
+        _check_split_name(split)
+    root = os.path.abspath(os.fspath(path))
+    created_root = not os.path.exists(root)
+    old = _prepare_target(root, overwrite)
+    wid = _new_wid()
+    staging = os.path.join(root, _STAGING_PREFIX + wid)
+    os.mkdir(staging)
+    try:
+        layout, seen = [], {}
+        for split in splits:
+            seen[split] = seen.get(split, -1) + 1
+            layout.append((split, seen[split]))
+        names = [_shard_name("part" if s is None else s, j, wid) for s, j in layout]
+        keys = partition_keys(len(layout))
+        key_of = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col(shard_col) + F.lit(1))
+        keyed = df.withColumn(_KEY_COL, key_of).repartition(len(layout), _KEY_COL)
+        func = _task_writer(staging, names, keys, compression, None, partition_fn)
+        results = keyed.mapInArrow(func, _RESULT_DDL).collect()
+        reports = [rep for r in results for rep in json.loads(r["reports"])]
+        prov = _spark_provenance(df, provenance, "write_partitions")
+        manifest, staged = _staged_manifest(results, layout, names, staging, compression, prov)
+        manifest.extra.update(extra(reports) if extra else {})
+        if world_size:
+            manifest.extra.setdefault("world_size", world_size)
+        return _commit(root, staged, manifest, old, staging), reports
+    except BaseException:
+        _abort(root, staging, created_root)
+        raise
