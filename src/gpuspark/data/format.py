@@ -160,7 +160,7 @@ def _crc32c_function() -> Callable[[bytes | bytearray | memoryview], int]:
     try:
         from crc32c import crc32c
 
-        return crc32c  # type: ignore[no-any-return]
+        return crc32c
     except ImportError:
         import google_crc32c
 

@@ -51,7 +51,7 @@ _KEY_COL = "__gpuspark_shard_key"
 SampleFn = Callable[[dict[str, Any]], Mapping[str, Any]]
 
 
-class Report(dict):  # type: ignore[type-arg]
+class Report(dict):
     """What a :func:`write_partitions` task hands back to the driver instead of writing it
     (a quarantined input, a per-task count): a plain JSON-able dict."""
 
@@ -820,8 +820,8 @@ def write_partitions(
 
     if compression not in fmt.CODECS:
         raise fmt._bad_codec(compression)
-    for split in {s for s in splits if s is not None}:
-        _check_split_name(split)
+    for name in {s for s in splits if s is not None}:
+        _check_split_name(name)
     root = os.path.abspath(os.fspath(path))
     created_root = not os.path.exists(root)
     old = _prepare_target(root, overwrite)
@@ -829,7 +829,8 @@ def write_partitions(
     staging = os.path.join(root, _STAGING_PREFIX + wid)
     os.mkdir(staging)
     try:
-        layout, seen = [], {}
+        layout: list[tuple[Any, int]] = []
+        seen: dict[str | None, int] = {}
         for split in splits:
             seen[split] = seen.get(split, -1) + 1
             layout.append((split, seen[split]))
