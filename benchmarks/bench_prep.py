@@ -9,7 +9,10 @@ Figures: series/s, MB/s of input voxels (int16 HU, rows x cols x slices x 2 byte
 efficiency = Spark series/s / (2 x baseline series/s), and peak executor memory: RSS of each
 executor JVM plus its Python workers, sampled every 0.2 s from /proc.
 
-    python benchmarks/bench_prep.py            # 48 studies of 96x96 slices, 3 runs each
+The cohort is generated once per (studies, size) under ``benchmarks/data/prep/``
+(git-ignored) and reused; a warm-up job runs before the timed ones.
+
+    python benchmarks/bench_prep.py            # 192 studies of 256x256 slices, 3 runs each
     python benchmarks/bench_prep.py --quick    # 8 studies of 48x48 slices, 1 run each
 """
 
@@ -30,6 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results
 
 SHAPE = (48, 48, 48)
+DATA = Path(__file__).resolve().parent / "data" / "prep"
+
+
+def _summary(cohort_dir: Path) -> Any:
+    """What ``synth_ct`` returned when it wrote ``cohort_dir`` (dicom dir, labels, files)."""
+    from types import SimpleNamespace
+
+    files = sum(1 for p in (cohort_dir / "dicom").rglob("*") if p.is_file())
+    return SimpleNamespace(
+        dicom_dir=str(cohort_dir / "dicom"), labels_csv=str(cohort_dir / "labels.csv"), files=files
+    )
 
 
 def baseline(src: Path, dst: Path, labels: Path) -> dict[str, Any]:
@@ -125,11 +139,12 @@ def _worker_pids(cluster: Any) -> list[int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small input, one run each (< 60 s)")
-    ap.add_argument("--studies", type=int, default=None)
+    ap.add_argument("--studies", type=int, default=None, help="series in the cohort")
+    ap.add_argument("--size", type=int, default=None, help="rows and columns per slice")
     ap.add_argument("--runs", type=int, default=None)
     args = ap.parse_args()
-    studies = args.studies or (8 if args.quick else 48)
-    size = 48 if args.quick else 96
+    studies = args.studies or (8 if args.quick else 192)
+    size = args.size or (48 if args.quick else 256)
     runs = args.runs or (1 if args.quick else 3)
 
     from gpuspark.cluster.local import LocalCluster
@@ -138,11 +153,15 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench_prep-"))
     try:
-        cohort = synth_ct(work / "cohort", studies=studies, seed=1, size=size)
-        params = load_cohort(work / "cohort")
+        cohort_dir = DATA / f"cohort-{studies}-{size}"
+        if not (cohort_dir / "cohort.json").exists():
+            synth_ct(cohort_dir, studies=studies, seed=1, size=size, overwrite=True)
+        cohort = _summary(cohort_dir)
+        params = load_cohort(cohort_dir)
         voxel_mb = sum(p.slices * p.size * p.size * 2 for p in params) / 1e6
         src, labels = Path(cohort.dicom_dir), Path(cohort.labels_csv)
-        spark_s, base_s, peaks, pypeaks, series_phase = [], [], [], [], []
+        spark_s, base_s, peaks, pypeaks = [], [], [], []
+        phases: list[dict[str, float]] = []
         with LocalCluster(workers=2, cores=1, memory="2g", state_dir=work / "state") as cl:
             spark = cl.session(spark_executor_cores=1, spark_executor_memory="1g")
             prep_dicom(src, work / "warm", labels=labels, shape=SHAPE, world_size=2, spark=spark)
@@ -158,7 +177,7 @@ def main() -> None:
                         overwrite=True,
                     )
                 spark_s.append(res.seconds)
-                series_phase.append(res.timings.get("headers+series", float("nan")))
+                phases.append(res.timings)
                 peaks.append(rss.peak_executor)
                 pypeaks.append(rss.peak_python)
                 b = baseline(src, work / "base", labels)
@@ -183,6 +202,13 @@ def main() -> None:
         print(
             f"speed-up {t_base / t_spark:.2f}x, per-core efficiency {efficiency:.2f} (goal >= 0.9)"
         )
+        keys = sorted({k for ph in phases for k in ph if k not in ("listing", "done")})
+        print(
+            "Spark phases, median s: "
+            + ", ".join(
+                f"{k} {statistics.median(ph.get(k, 0.0) for ph in phases):.2f}" for k in keys
+            )
+        )
         print(
             f"peak executor RSS (JVM + Python workers) {max(peaks) / 2**20:.0f} MiB; "
             f"peak Python worker RSS {max(pypeaks) / 2**20:.0f} MiB"
@@ -197,7 +223,8 @@ def main() -> None:
                 "runs": runs,
                 "spark_seconds": spark_s,
                 "baseline_seconds": base_s,
-                "spark_series_phase_seconds": series_phase,
+                "size": size,
+                "spark_phase_seconds": phases,
                 "median_spark_s": t_spark,
                 "median_baseline_s": t_base,
                 "series_per_s": {"spark": sps_spark, "baseline": sps_base},

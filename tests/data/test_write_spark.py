@@ -205,3 +205,86 @@ def test_killed_executor_mid_write(spark_factory, tmp_path: Path):
     assert _labels(tmp_path / "ds") == list(range(N))
     _assert_clean(tmp_path / "ds", m)
     assert max(_attempts(markers)[2]) >= 1
+
+
+# ----------------------------------------------------------------- write_partitions
+
+
+def _odd_reporter(markers: Path | None = None, fail: frozenset[int] = frozenset()):
+    """A partition_fn: even labels become samples, odd ones Reports; with ``markers``,
+    attempt 0 of the shards in ``fail`` dies after it has yielded part of its output."""
+
+    def fn(shard: int, batches):
+        from pyspark import TaskContext
+
+        from gpuspark.data.write import Report
+
+        ctx = TaskContext.get()
+        n = 0
+        for batch in batches:
+            for label in batch.column("label").to_pylist():
+                n += 1
+                if label % 2:
+                    yield Report(label=label, shard=shard)
+                else:
+                    yield {"label": label, "shard": shard}
+                if markers is not None and shard in fail and ctx.attemptNumber() == 0 and n > 5:
+                    (markers / f"p{shard}-failed").touch()
+                    raise RuntimeError(f"injected failure in shard {shard}")
+        yield Report(count=n, shard=shard)
+
+    return fn
+
+
+def _planned(spark, n: int, shards: int):
+    from pyspark.sql import functions as F
+
+    return spark.range(n, numPartitions=3).select(
+        F.col("id").alias("label"),
+        ((F.col("id") / 2).cast("long") % shards).cast("int").alias("shard"),
+    )
+
+
+def test_write_partitions_planned_shards_and_reports(spark, tmp_path: Path):
+    from gpuspark.data.write import write_partitions
+
+    splits = ["train", "train", "train", "val"]
+    m, reports = write_partitions(
+        _planned(spark, 200, 4),
+        tmp_path / "ds",
+        splits,
+        "shard",
+        _odd_reporter(),
+        extra=lambda reps: {"reports": len(reps)},
+        world_size=1,
+    )
+    assert m.shard_records() == [25, 25, 25, 25]
+    assert {k: len(v) for k, v in m.splits.items()} == {"train": 3, "val": 1}
+    records = [
+        fmt.decode_example(p, m.schema)
+        for s in m.shards
+        for p in fmt.iter_records(tmp_path / "ds" / s.path)
+    ]
+    # every row reached the shard it was planned for, samples and reports split as yielded
+    assert all(r["label"] // 2 % 4 == r["shard"] and r["label"] % 2 == 0 for r in records)
+    odd = sorted(r["label"] for r in reports if "label" in r)
+    assert odd == list(range(1, 200, 2))
+    assert sorted(r["count"] for r in reports if "count" in r) == [50] * 4
+    assert m.extra["reports"] == len(reports) == 104 and m.extra["world_size"] == 1
+    assert m.provenance["writer"] == "write_partitions"
+    _assert_clean(tmp_path / "ds", m)
+
+
+def test_write_partitions_retried_shard_reports_once(spark_factory, tmp_path: Path):
+    from gpuspark.data.write import write_partitions
+
+    spark = spark_factory.get(**_RETRY_CONF)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    fn = _odd_reporter(markers, fail=frozenset({1, 2}))
+    m, reports = write_partitions(_planned(spark, 400, 4), tmp_path / "ds", [None] * 4, "shard", fn)
+    assert {p.name for p in markers.iterdir()} == {"p1-failed", "p2-failed"}  # really failed
+    assert m.total_records == 200 and _labels(tmp_path / "ds") == list(range(0, 400, 2))
+    assert sorted(r["label"] for r in reports if "label" in r) == list(range(1, 400, 2))
+    assert sorted(r["count"] for r in reports if "count" in r) == [100] * 4
+    _assert_clean(tmp_path / "ds", m)

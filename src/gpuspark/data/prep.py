@@ -1,10 +1,12 @@
 """Spark preprocessing jobs: DICOM series and image folders to gpuspark shards.
 
-The work is Spark's: files are listed by Spark's ``binaryFile`` source (only ``path`` and
-``length`` are selected, so the listing reads no file contents), headers and pixels are read
-inside executor tasks by path, a DICOM series is assembled in one task
-(``repartition(n, series_uid).groupBy(series_uid).applyInArrow``), and the rows go through
-:func:`gpuspark.data.write.write_dataframe` with shards balanced for the training world size.
+The work is Spark's. DICOM (:func:`prep_dicom`) is two jobs: tasks walk the source tree
+(the driver plans units from its top levels, :mod:`gpuspark.data.listing`) and read every
+file's header; then one task per planned shard assembles its series one at a time and writes
+them (:func:`gpuspark.data.write.write_partitions`), so volumes are written once and nothing
+is cached or shuffled after they are made. Image folders (:func:`prep_images`) are listed by
+Spark's ``binaryFile`` source (only ``path`` and ``length``), read in executor tasks and
+written by :func:`gpuspark.data.write.write_dataframe`, balanced for the training world size.
 
 Every input ends up either in a row or in ``quarantine.parquet`` (path, series if known,
 reason, exception type, stage) inside the dataset directory; the counts are in the manifest's
@@ -609,28 +611,49 @@ def _run_dicom(
 _SHARD = "_gpuspark_shard"
 
 
+_SUMMARY_DDL = (
+    "series_uid string, split string, n long, b long, path string, reason string, error_type string"
+)
+
+
+def _summarize(batches: Iterator[Any]) -> Iterator[Any]:
+    """Per task: files and bytes of each series, and the files quarantined at the header
+    (runs in the header tasks themselves: no shuffle, no second pass over the headers)."""
+    import pyarrow as pa
+
+    per_series: dict[str, list[Any]] = {}
+    quarantined: list[dict[str, Any]] = []
+    for batch in batches:
+        for r in batch.to_pylist():
+            if r["series_uid"] is None:
+                quarantined.append({k: r[k] for k in ("path", "reason", "error_type")})
+                continue
+            acc = per_series.setdefault(r["series_uid"], [r["split"], 0, 0])
+            acc[1], acc[2] = acc[1] + 1, acc[2] + max(r["length"] or 0, 0)
+            if r["split"] is not None and (acc[0] is None or r["split"] < acc[0]):
+                acc[0] = r["split"]
+    rows = [{"series_uid": u, "split": v[0], "n": v[1], "b": v[2]} for u, v in per_series.items()]
+    yield pa.RecordBatch.from_pylist(rows + quarantined, schema=_arrow_schema(_SUMMARY_DDL))
+
+
 def _series_table(heads: Any) -> tuple[int, dict[str, tuple[Any, int, int]], list[dict]]:
     """Files listed; each series' (split, readable files, bytes); the files quarantined at
-    the header. The first of these small jobs also runs the listing and header tasks."""
-    from pyspark.sql import functions as F
-
-    rows = (
-        heads.groupBy("series_uid")
-        .agg(F.count("*").alias("n"), F.min("split").alias("split"), F.sum("length").alias("b"))
-        .collect()
-    )
-    series = {
-        r["series_uid"]: (r["split"], int(r["n"]), int(r["b"] or 0))
-        for r in rows
-        if r["series_uid"] is not None
-    }
-    q_head = [
-        {**r.asDict(), "stage": "header"}
-        for r in heads.filter(F.col("reason").isNotNull())
-        .select("path", "series_uid", "reason", "error_type")
-        .collect()
+    the header. One job: the listing and header tasks summarise what they just read."""
+    series: dict[str, list[Any]] = {}
+    q_head: list[dict[str, Any]] = []
+    for r in heads.mapInArrow(_summarize, _SUMMARY_DDL).collect():
+        if r["series_uid"] is None:
+            q_head.append({**r.asDict(), "stage": "header"})
+            continue
+        acc = series.setdefault(r["series_uid"], [r["split"], 0, 0])
+        acc[1], acc[2] = acc[1] + r["n"], acc[2] + r["b"]
+        if r["split"] is not None and (acc[0] is None or r["split"] < acc[0]):
+            acc[0] = r["split"]
+    table = {uid: (v[0], int(v[1]), int(v[2])) for uid, v in series.items()}
+    q_rows = [
+        {k: q[k] for k in ("path", "series_uid", "reason", "error_type", "stage")} for q in q_head
     ]
-    return sum(int(r["n"]) for r in rows), series, q_head
+    return sum(v[1] for v in table.values()) + len(q_rows), table, q_rows
 
 
 def _tally(reports: list[dict[str, Any]], q_head: list[dict[str, Any]]) -> dict[str, Any]:
