@@ -23,7 +23,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from gpuspark.data import format as fmt
@@ -689,14 +689,8 @@ def write_dataframe(
             f"split column {split_col!r} is not in the DataFrame"
             + did_you_mean(split_col, df.columns)
         )
-    root = os.path.abspath(os.fspath(path))
-    created_root = not os.path.exists(root)
-    old = _prepare_target(root, overwrite)
-    wid = _new_wid()
-    staging = os.path.join(root, _STAGING_PREFIX + wid)
-    os.mkdir(staging)
-    try:
-        manifest = _write_spark(
+    with _staging(path, overwrite) as (root, staging, wid, old):
+        return _write_spark(
             df,
             root,
             staging,
@@ -710,10 +704,25 @@ def write_dataframe(
             provenance,
             extra,
         )
+
+
+@contextlib.contextmanager
+def _staging(
+    path: str | os.PathLike[str], overwrite: bool
+) -> Iterator[tuple[str, str, str, Manifest | None]]:
+    """``(root, staging dir, write id, manifest being replaced)`` of a Spark write; on any
+    error the staging directory (and a root this write created) is removed."""
+    root = os.path.abspath(os.fspath(path))
+    created_root = not os.path.exists(root)
+    old = _prepare_target(root, overwrite)
+    wid = _new_wid()
+    staging = os.path.join(root, _STAGING_PREFIX + wid)
+    os.mkdir(staging)
+    try:
+        yield root, staging, wid, old
     except BaseException:
         _abort(root, staging, created_root)
         raise
-    return manifest
 
 
 def _write_spark(
@@ -822,13 +831,7 @@ def write_partitions(
         raise fmt._bad_codec(compression)
     for name in {s for s in splits if s is not None}:
         _check_split_name(name)
-    root = os.path.abspath(os.fspath(path))
-    created_root = not os.path.exists(root)
-    old = _prepare_target(root, overwrite)
-    wid = _new_wid()
-    staging = os.path.join(root, _STAGING_PREFIX + wid)
-    os.mkdir(staging)
-    try:
+    with _staging(path, overwrite) as (root, staging, wid, old):
         layout: list[tuple[Any, int]] = []
         seen: dict[str | None, int] = {}
         for split in splits:
@@ -847,6 +850,3 @@ def write_partitions(
         if world_size:
             manifest.extra.setdefault("world_size", world_size)
         return _commit(root, staged, manifest, old, staging), reports
-    except BaseException:
-        _abort(root, staging, created_root)
-        raise
