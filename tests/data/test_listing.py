@@ -101,3 +101,10 @@ def test_plan_shards_size_cap_and_explicit_count() -> None:
         [None, None],
         {},
     )
+
+
+def test_plan_shards_no_more_shards_than_series() -> None:
+    series = {"a": ("train", 3, 10), "b": ("train", 2, 10), "c": ("val", 1, 10)}
+    layout, assign = plan_shards(series, world_size=2, num_shards=None, tasks=64, shard_bytes=1)
+    assert layout == ["train", "train", "val", "val"]  # val: 1 series, rounded up to 2 ranks
+    assert sorted(assign.values()) == [0, 1, 2]

@@ -114,3 +114,13 @@ def test_prep_images_end_to_end(spark, tmp_path: Path) -> None:
     assert {r["label_name"] for r in recs} == {"class_00", "class_01", "class_02"}
     m = load_manifest(tmp_path / "ds")
     assert json.loads(json.dumps(m.extra))["label_map"]["1"] == "class_01"
+
+
+def test_prep_dicom_refuses_a_source_without_files(spark, tmp_path: Path) -> None:
+    from gpuspark.data.prep import PrepError, prep_dicom
+
+    src = tmp_path / "src"
+    (src / "empty" / "nested").mkdir(parents=True)
+    with pytest.raises(PrepError, match="holds no files"):
+        prep_dicom(src, tmp_path / "ds", spark=spark)
+    assert not (tmp_path / "ds" / "manifest.json").exists()

@@ -695,8 +695,9 @@ def plan_shards(
 
     Each split gets a multiple of ``world_size`` shards (``num_shards`` each if given; else
     enough for ``shard_bytes`` of input per shard and, across splits, about ``tasks`` shards
-    in proportion to their series); series are dealt largest first in a snake order, so a
-    split's shards differ by at most one series and carry about the same work.
+    in proportion to their series, but no more than its series); series are dealt largest
+    first in a snake order, so a split's shards differ by at most one series and carry about
+    the same work.
     """
     ws = world_size or 1
     if num_shards is not None and (num_shards <= 0 or num_shards % ws):
@@ -713,14 +714,12 @@ def plan_shards(
     assign: dict[str, int] = {}
     for split in sorted(by_split, key=lambda x: (x is None, x)):
         items = sorted(by_split[split], key=lambda t: (-t[1], t[0]))
-        k = num_shards or _round_up(
-            max(
-                1,
-                -(-sum(t[2] for t in items) // shard_bytes),
-                round(tasks * len(items) / len(series)),
-            ),
-            ws,
+        wanted = max(
+            -(-sum(t[2] for t in items) // shard_bytes),
+            round(tasks * len(items) / len(series)),
         )
+        # never more shards than series (rounded up to the world size): no empty shards
+        k = num_shards or _round_up(max(1, min(wanted, len(items))), ws)
         for i, (uid, _, _) in enumerate(items):
             lap, col = divmod(i, k)
             assign[uid] = len(layout) + (col if lap % 2 == 0 else k - 1 - col)
