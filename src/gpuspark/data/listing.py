@@ -16,6 +16,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from gpuspark.data.format import _is_url
+
 __all__ = ["Unit", "deal", "plan_units", "walk_unit"]
 
 Unit = tuple[str, bool, int]
@@ -28,10 +30,6 @@ LOCAL_BUDGET = 100_000
 """Entries the driver may list on a local file system (one ``scandir`` each, microseconds):
 below it a tree is listed to the files, so tasks get even shares of files rather than
 directories of unknown size. Remote stores (one request per directory) get ``want`` only."""
-
-
-def _is_url(src: str) -> bool:
-    return "://" in src and not src.startswith("file:")
 
 
 def _filesystem(url: str) -> tuple[Any, str]:

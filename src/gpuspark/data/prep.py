@@ -115,13 +115,19 @@ def spark_for_job(spark: Any = None, master: str | None = None, **conf: Any) -> 
 class _Watcher:
     """Polls Spark's status tracker and reports tasks done/total and accumulators."""
 
-    def __init__(self, spark: Any, progress: Progress | None, counters: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        progress: Progress | None,
+        counters: dict[str, Any],
+        phase: str = "listing",
+    ) -> None:
         self.sc = spark.sparkContext
         self.progress = progress
         self.counters = counters
         self.stages: dict[int, tuple[int, int]] = {}
         self._open: set[int] = set()
-        self._phase = "listing"
+        self._phase = phase
         self.t0 = time.monotonic()
         self._t_phase = self.t0
         self.timings: dict[str, float] = {}
@@ -130,7 +136,7 @@ class _Watcher:
 
     @property
     def phase(self) -> str:
-        """The current phase of the job (listing, headers+series or images, write)."""
+        """The current phase: headers, series+write (DICOM); listing, images, write (images)."""
         return self._phase
 
     @phase.setter
@@ -290,6 +296,18 @@ def _split_counts(manifest: Any) -> dict[str, int]:
 # --------------------------------------------------------------------------- DICOM
 
 
+def _record_batches(rows: Iterable[dict[str, Any]], ddl: str, size: int) -> Iterator[Any]:
+    """``rows`` as Arrow record batches of ``size`` rows (the last one shorter)."""
+    import itertools
+
+    import pyarrow as pa
+
+    schema = _arrow_schema(ddl)
+    it = iter(rows)
+    while chunk := list(itertools.islice(it, size)):
+        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+
+
 def _arrow_schema(ddl: str) -> Any:
     """The pyarrow schema of a Spark DDL string made of the few types used here."""
     import pyarrow as pa
@@ -313,17 +331,8 @@ def _header_fn(
     patient id, the rule ``prep_series`` applies), or why it is quarantined."""
 
     def headers(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        schema = _arrow_schema(_HEADER_DDL)
-        out: list[dict[str, Any]] = []
-        for path, length in _walk(batches):
-            out.append(_header_row(path, length, fractions, salt, q_acc))
-            if len(out) >= 512:
-                yield pa.RecordBatch.from_pylist(out, schema=schema)
-                out = []
-        if out:
-            yield pa.RecordBatch.from_pylist(out, schema=schema)
+        rows = (_header_row(path, n, fractions, salt, q_acc) for path, n in _walk(batches))
+        return _record_batches(rows, _HEADER_DDL, 512)
 
     return headers
 
@@ -533,8 +542,7 @@ def _run_dicom(
 
     sc = spark.sparkContext
     counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
-    with _Watcher(spark, progress, counters) as watch:
-        watch.phase = "headers"
+    with _Watcher(spark, progress, counters, phase="headers") as watch:
         heads = (
             _source_units(spark, src)
             .mapInArrow(
@@ -616,6 +624,15 @@ _SUMMARY_DDL = (
 )
 
 
+def _add_series(table: dict[str, list[Any]], uid: str, split: Any, files: int, nbytes: int) -> None:
+    """Add files and bytes to a series' ``[split, files, bytes]``; the split is the smallest
+    name seen (files of one series that disagree are quarantined when it is assembled)."""
+    acc = table.setdefault(uid, [split, 0, 0])
+    acc[1], acc[2] = acc[1] + files, acc[2] + nbytes
+    if split is not None and (acc[0] is None or split < acc[0]):
+        acc[0] = split
+
+
 def _summarize(batches: Iterator[Any]) -> Iterator[Any]:
     """Per task: files and bytes of each series, and the files quarantined at the header
     (runs in the header tasks themselves: no shuffle, no second pass over the headers)."""
@@ -628,10 +645,7 @@ def _summarize(batches: Iterator[Any]) -> Iterator[Any]:
             if r["series_uid"] is None:
                 quarantined.append({k: r[k] for k in ("path", "reason", "error_type")})
                 continue
-            acc = per_series.setdefault(r["series_uid"], [r["split"], 0, 0])
-            acc[1], acc[2] = acc[1] + 1, acc[2] + max(r["length"] or 0, 0)
-            if r["split"] is not None and (acc[0] is None or r["split"] < acc[0]):
-                acc[0] = r["split"]
+            _add_series(per_series, r["series_uid"], r["split"], 1, max(r["length"] or 0, 0))
     rows = [{"series_uid": u, "split": v[0], "n": v[1], "b": v[2]} for u, v in per_series.items()]
     yield pa.RecordBatch.from_pylist(rows + quarantined, schema=_arrow_schema(_SUMMARY_DDL))
 
@@ -645,10 +659,7 @@ def _series_table(heads: Any) -> tuple[int, dict[str, tuple[Any, int, int]], lis
         if r["series_uid"] is None:
             q_head.append({**r.asDict(), "stage": "header"})
             continue
-        acc = series.setdefault(r["series_uid"], [r["split"], 0, 0])
-        acc[1], acc[2] = acc[1] + r["n"], acc[2] + r["b"]
-        if r["split"] is not None and (acc[0] is None or r["split"] < acc[0]):
-            acc[0] = r["split"]
+        _add_series(series, r["series_uid"], r["split"], r["n"], r["b"])
     table = {uid: (v[0], int(v[1]), int(v[2])) for uid, v in series.items()}
     q_rows = [
         {k: q[k] for k in ("path", "series_uid", "reason", "error_type", "stage")} for q in q_head
@@ -778,18 +789,12 @@ def _image_fn(
     root: str, options: Any, index: dict[str, int], split: Any, rows_acc: Any, q_acc: Any
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def images(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        schema = _arrow_schema(_IMAGE_DDL)
-        for batch in batches:
-            out: list[dict[str, Any]] = []
-            for path in batch.column("path").to_pylist():
-                out.append(_one_image(path, root, options, index, split, rows_acc, q_acc))
-                if len(out) >= 64:
-                    yield pa.RecordBatch.from_pylist(out, schema=schema)
-                    out = []
-            if out:
-                yield pa.RecordBatch.from_pylist(out, schema=schema)
+        rows = (
+            _one_image(path, root, options, index, split, rows_acc, q_acc)
+            for batch in batches
+            for path in batch.column("path").to_pylist()
+        )
+        return _record_batches(rows, _IMAGE_DDL, 64)
 
     return images
 
