@@ -31,14 +31,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results
 
-SPARK_CONF = {
-    "spark.executor.resource.gpu.amount": "2",
-    "spark.task.resource.gpu.amount": "0.25",
-    "spark.executor.cores": "8",
-    "spark.executor.memory": "1g",
-    "spark.dynamicAllocation.enabled": "false",
-}
-
 TORCHRUN_SCRIPT = textwrap.dedent(
     """
     import torch.distributed as dist
@@ -114,15 +106,15 @@ def _summary(times: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def _spark_session(master: str | None) -> tuple[Any, Any]:
-    from gpuspark.cluster.builder import session
     from gpuspark.cluster.local import LocalCluster
+    from gpuspark.cluster.session import session
 
     cluster = None
     if master is None:
         state = tempfile.mkdtemp(prefix="gpuspark-bench-launch-")
         cluster = LocalCluster(workers=2, cores=8, memory="2g", gpus=2, state_dir=state).start()
         master = cluster.master_url
-    return session(master=master, app_name="bench-launch", **SPARK_CONF), cluster
+    return session(master=master, kind="training", app_name="bench-launch"), cluster
 
 
 def main(argv: list[str] | None = None) -> int:

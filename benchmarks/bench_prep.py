@@ -163,7 +163,7 @@ def main() -> None:
         spark_s, base_s, peaks, pypeaks = [], [], [], []
         phases: list[dict[str, float]] = []
         with LocalCluster(workers=2, cores=1, memory="2g", state_dir=work / "state") as cl:
-            spark = cl.session(spark_executor_cores=1, spark_executor_memory="1g")
+            spark = cl.session()
             prep_dicom(src, work / "warm", labels=labels, shape=SHAPE, world_size=2, spark=spark)
             for _ in range(runs):
                 with RssSampler(_worker_pids(cl)) as rss:

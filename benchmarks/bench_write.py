@@ -171,7 +171,7 @@ def _session(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
     cluster = LocalCluster(workers=2, cores=args.cores, state_dir=tempfile.mkdtemp())
     cluster.start()
-    spark = cluster.session(spark_executor_cores=str(args.cores))
+    spark = cluster.session()
     spark.sparkContext.setLogLevel("ERROR")
     return spark, cluster, f"LocalCluster(workers=2, cores={args.cores}) {cluster.master_url}"
 

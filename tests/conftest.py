@@ -1,9 +1,9 @@
 """Shared fixtures: one real embedded Spark standalone cluster for the whole test session.
 
-The cluster has 2 workers x 2 GPU addresses (simulated here: no NVIDIA GPU), 8 cores and 4g
-each. ``spark`` is the default session on it (2 GPUs per executor, 0.25 GPU per task);
-``spark_factory.get(**conf)`` gives a session with other settings, rebuilding only when
-the settings change.
+The cluster has 2 workers x 2 GPU addresses (simulated here: no NVIDIA GPU), 8 task slots and
+4g each, shaped by the built-in spec. ``spark`` is the default session on it, built through the
+one session path (2 GPUs per executor, 0.25 GPU per task); ``spark_factory.get(**conf)`` gives
+a session with other settings, rebuilding only when the settings change.
 """
 
 from __future__ import annotations
@@ -14,14 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-SPARK_DEFAULTS: dict[str, str] = {
-    "spark.executor.resource.gpu.amount": "2",
-    "spark.task.resource.gpu.amount": "0.25",
-    "spark.executor.cores": "8",
-    "spark.executor.memory": "1g",
-    "spark.dynamicAllocation.enabled": "false",
-}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -45,20 +37,18 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 class SparkFactory:
     """Hands out one SparkSession at a time; rebuilds it only when the conf changes."""
 
-    def __init__(self, master_url: str) -> None:
-        self.master_url = master_url
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
         self._conf: dict[str, str] | None = None
         self._spark: Any = None
 
     def get(self, **overrides: Any) -> Any:
-        """A session with ``SPARK_DEFAULTS`` updated by ``overrides`` (``spark.x`` keys)."""
-        conf = {**SPARK_DEFAULTS, **{k: str(v) for k, v in overrides.items()}}
+        """A data session on the cluster with ``overrides`` (``spark.x`` keys) applied last."""
+        conf = {k: str(v) for k, v in overrides.items()}
         if self._spark is not None and conf == self._conf:
             return self._spark
         self.stop()
-        from gpuspark.cluster.builder import session
-
-        self._spark = session(master=self.master_url, app_name="gpuspark-tests", **conf)
+        self._spark = self.cluster.session(app_name="gpuspark-tests", **conf)
         self._conf = conf
         return self._spark
 
@@ -73,7 +63,7 @@ class SparkFactory:
 @pytest.fixture(scope="session")
 def spark_factory(local_cluster: Any) -> Iterator[SparkFactory]:
     """Sessions on the shared cluster with chosen settings (rebuilds cost ~10 s)."""
-    factory = SparkFactory(local_cluster.master_url)
+    factory = SparkFactory(local_cluster)
     yield factory
     factory.stop()
 

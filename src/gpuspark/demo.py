@@ -51,9 +51,12 @@ class DemoConfig:
     powersgd_start_iter: int = 10
     threads: int = 1
     """torch threads per rank (2 ranks on 2 cores)."""
-    workers: int = 2
-    cores: int = 1
-    """Cores each Spark worker offers."""
+    spec: str | None = None
+    """Cluster spec file whose shape the embedded cluster takes (default: the built-in one)."""
+    workers: int | None = None
+    """Override of the spec's Spark workers."""
+    cores: int | None = None
+    """Override of the cores each Spark worker offers (task slots follow)."""
 
 
 def run_demo(cfg: DemoConfig, *, log: Any = print, spark: Any = None) -> dict[str, Any]:
@@ -81,12 +84,16 @@ def _on_embedded_cluster(
     cfg: DemoConfig, out: Path, timings: dict[str, float], log: Any
 ) -> tuple[Any, Any, dict[str, Any]]:
     from gpuspark.cluster.local import LocalCluster
-    from gpuspark.train.recipes import embedded_conf
+    from gpuspark.spec import resolve_spec
 
     t0 = time.perf_counter()
-    cluster = LocalCluster(workers=cfg.workers, cores=cfg.cores, gpus=2, state_dir=out / "cluster")
+    spec = resolve_spec(cfg.spec)
+    state = out / "cluster"
+    cluster = LocalCluster(cfg.workers, cfg.cores, spec=spec, state_dir=state)
     with cluster:
-        spark = cluster.session(app_name="gpuspark-demo", **embedded_conf(cfg.cores, 2))
+        # One application prepares the data and trains: the training kind of session (dynamic
+        # allocation off) still gives data tasks the spec's fractional GPU amount.
+        spark = cluster.session(kind="training", app_name="gpuspark-demo")
         timings["cluster_up_s"] = time.perf_counter() - t0
         sim = " (simulated GPU slots)" if cluster.gpus_simulated else ""
         log(f"cluster up at {cluster.master_url}{sim} in {timings['cluster_up_s']:.1f} s")

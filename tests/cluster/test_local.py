@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gpuspark.cli.main import main
-from gpuspark.cluster.local import LocalCluster, _group_alive, _pid_alive
+from gpuspark.cluster.local import LocalCluster
+from gpuspark.cluster.processes import group_alive, pid_alive
 
 pytestmark = pytest.mark.spark
 
@@ -48,7 +49,7 @@ def test_cli_up_status_down_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixt
         # A dead worker shows in status (and status exits 1).
         victim = info["workers"][1]["pid"]
         os.killpg(victim, signal.SIGKILL)
-        _wait(lambda: not _pid_alive(victim))
+        _wait(lambda: not pid_alive(victim))
         rc, out = _cli(capsys, "cluster", "status", "--json", "--state-dir", state)
         dead = json.loads(out)
         assert rc == 1
@@ -57,9 +58,9 @@ def test_cli_up_status_down_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixt
         pids = [info["master_pid"]] + [w["pid"] for w in info["workers"]]
         rc, out = _cli(capsys, "cluster", "down", "--state-dir", state)
     assert rc == 0
-    _wait(lambda: not any(_pid_alive(p) for p in pids))
-    assert not any(_pid_alive(p) for p in pids), "cluster down left processes behind"
-    assert not any(_group_alive(p) for p in pids), "a child of a stopped daemon is still alive"
+    _wait(lambda: not any(pid_alive(p) for p in pids))
+    assert not any(pid_alive(p) for p in pids), "cluster down left processes behind"
+    assert not any(group_alive(p) for p in pids), "a child of a stopped daemon is still alive"
     rc, out = _cli(capsys, "cluster", "status", "--state-dir", state)
     assert "no embedded cluster running" in out
 

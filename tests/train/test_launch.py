@@ -308,14 +308,20 @@ def test_cli_launch_runs_plain_ddp_script_locally(tmp_path: Path, capfd: Any) ->
     assert out.read_text().startswith("2 ")
 
 
-def test_cli_launch_dry_run_prints_the_plan(capsys: Any) -> None:
+def test_cli_launch_dry_run_prints_the_plan(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gpuspark.cli.main import main
 
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "--dry-run", "-n", "2", "t.py"]) == 1
+    assert "script t.py: does not exist" in capsys.readouterr().err  # checked on the driver
+    (tmp_path / "t.py").write_text("print('hi')\n")
     code = main(["launch", "--dry-run", "-n", "4", "--processes-per-task", "2", "t.py", "--", "-x"])
     text = capsys.readouterr().out
     assert code == 0
     assert "barrier stage: 2 tasks, task resource profile cpus=1 gpu=2" in text
-    assert "t.py -x" in text
+    assert f"{tmp_path / 't.py'} -x" in text  # absolute: ranks start in other directories
 
 
 def test_cli_launch_reports_failure_in_one_line(tmp_path: Path, capsys: Any) -> None:

@@ -5,11 +5,21 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+SpecOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--spec",
+        envvar="GPUSPARK_SPEC",
+        help="Cluster spec (TOML) whose master and [spark] settings the job uses "
+        "[default: the built-in embedded-cluster spec].",
+    ),
+]
 MasterOpt = Annotated[
     str | None,
     typer.Option(

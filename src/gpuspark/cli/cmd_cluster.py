@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, echo, print_json, print_table
+from gpuspark.cli._common import JsonOpt, SpecOpt, echo, print_json, print_table
+from gpuspark.errors import ClusterError
 
 StateDirOpt = Annotated[
     Path | None,
@@ -23,9 +24,17 @@ cluster_app = typer.Typer(help="Start, inspect and stop the embedded Spark clust
 
 @cluster_app.command("up")
 def up(
-    workers: Annotated[int, typer.Option(help="Number of Spark workers.")] = 2,
-    cores: Annotated[int, typer.Option(help="Cores each worker offers.")] = 2,
-    memory: Annotated[str, typer.Option(help="Memory each worker offers (e.g. 2g).")] = "2g",
+    spec: SpecOpt = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Spark workers [default: from the spec, scaled].")
+    ] = None,
+    cores: Annotated[
+        int | None,
+        typer.Option(help="Task slots each worker offers [default: the spec's executor shape]."),
+    ] = None,
+    memory: Annotated[
+        str | None, typer.Option(help="Memory each worker offers, e.g. 2g [default: 1g/executor].")
+    ] = None,
     gpus: Annotated[
         int | None,
         typer.Option(help="GPUs per worker [default: real GPUs split evenly, else 2 simulated]."),
@@ -34,21 +43,36 @@ def up(
     state_dir: StateDirOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Start a master and workers; wait until all workers are registered."""
+    """Start a master and workers shaped by the spec; wait until all workers are registered."""
     import time
 
     from gpuspark.cluster.local import LocalCluster
 
     running = LocalCluster.running(state_dir)
     if running is not None:
-        _show(running.status(), json_out, note="already running; nothing started")
+        _already_running(running.status(), json_out)
         return
     t0 = time.monotonic()
-    cluster = LocalCluster(workers, cores, memory, gpus, state_dir=state_dir, timeout=timeout)
+    cluster = LocalCluster(
+        workers, cores, memory, gpus, spec=spec, state_dir=state_dir, timeout=timeout
+    )
     cluster.start()
     status = cluster.status()
     status["startup_seconds"] = round(time.monotonic() - t0, 2)
     _show(status, json_out, note=f"started in {status['startup_seconds']} s")
+
+
+def _already_running(info: dict[str, Any], json_out: bool) -> None:
+    dead = [w["index"] for w in info["workers"] if w["state"] != "ALIVE"]
+    if not dead:
+        _show(info, json_out, note="already running; nothing started")
+        return
+    _show(info, json_out)
+    raise ClusterError(
+        f"the embedded cluster at {info['master_url']} is running with worker(s) "
+        f"{', '.join(map(str, dead))} not alive; nothing started",
+        remedy="restart it: `gpuspark cluster down && gpuspark cluster up`",
+    )
 
 
 @cluster_app.command("status")
@@ -89,8 +113,26 @@ def _show(info: dict[str, Any], json_out: bool, note: str | None = None) -> None
     ]
     title = f"{info['alive_workers']} of {len(info['workers'])} workers alive"
     print_table(title, ["worker", "pid", "state", "cores", "memory", "gpu addresses"], rows)
+    _show_shape(info.get("shape") or {})
     if note:
         echo(note)
+
+
+def _show_shape(shape: dict[str, Any]) -> None:
+    if not shape:
+        return
+    gpu = (
+        f"{shape['executor_gpus']} GPU(s), {shape['task_gpu_amount']:g} GPU per data task"
+        if shape["executor_gpus"]
+        else "no GPUs"
+    )
+    echo(
+        f"spec '{shape['spec_name']}': executors of {shape['executor_cores']} cores, {gpu}, "
+        f"{shape['executor_memory']}; {shape['executors_per_worker']} per worker, "
+        f"{shape['task_slots']} data task slots"
+    )
+    for note in shape.get("notes", []):
+        echo(f"  scaled to this machine: {note}")
 
 
 def _gpus(worker: dict[str, Any]) -> str:

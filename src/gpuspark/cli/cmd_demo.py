@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, echo, print_json, print_table
+from gpuspark.cli._common import JsonOpt, SpecOpt, echo, print_json, print_table
 
 
 def demo(
@@ -15,12 +15,15 @@ def demo(
     epochs: Annotated[int, typer.Option(help="Training epochs.")] = 12,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("gpuspark-demo"),
     seed: Annotated[int, typer.Option(help="Cohort and training seed.")] = 0,
+    spec: SpecOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run the flagship pipeline on an embedded cluster and write report.json + report.png."""
     from gpuspark.demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(studies=studies, epochs=epochs, out=str(out), seed=seed)
+    cfg = DemoConfig(
+        studies=studies, epochs=epochs, out=str(out), seed=seed, spec=str(spec) if spec else None
+    )
     report = run_demo(cfg, log=(lambda _m: None) if json_out else echo)
     if json_out:
         print_json(report)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, MasterOpt, print_json
+from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -42,6 +42,7 @@ def launch(
         bool, typer.Option("--dry-run", help="Print what would run, start nothing.")
     ] = False,
     master: MasterOpt = None,
+    spec: SpecOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it."""
@@ -63,13 +64,8 @@ def launch(
     if dry_run:
         print_json({"plan": req.materialize()}) if json_out else typer.echo(req.materialize())
         return
-    spark = None
-    if not local:
-        from gpuspark.cluster.builder import session
-
-        spark = session(master=master)
     start = time.monotonic()
-    run_request(req, spark)
+    run_request(req, spec=spec)
     seconds = round(time.monotonic() - start, 2)
     if json_out:
         print_json({"ok": True, "ranks": num_processes, "seconds": seconds})

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, MasterOpt, print_json, print_table
+from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, print_json, print_table
 
 SrcArg = Annotated[str, typer.Argument(help="Source folder (or URL Spark can read).")]
 DstArg = Annotated[str, typer.Argument(help="Dataset directory to write.")]
@@ -103,6 +103,7 @@ def images(
     num_shards: ShardsOpt = None,
     overwrite: OverwriteOpt = False,
     master: MasterOpt = None,
+    spec: SpecOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Image folder SRC/<label>/<file>.{jpg,png} to shards (original bytes by default)."""
@@ -120,6 +121,7 @@ def images(
             num_shards=num_shards,
             overwrite=overwrite,
             master=master,
+            spec=spec,
             progress=progress,
         )
     _summary(res, json)
@@ -144,6 +146,7 @@ def dicom(
     num_shards: ShardsOpt = None,
     overwrite: OverwriteOpt = False,
     master: MasterOpt = None,
+    spec: SpecOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """DICOM series below SRC (any names, nested folders) to one 3D volume per series."""
@@ -163,6 +166,7 @@ def dicom(
             num_shards=num_shards,
             overwrite=overwrite,
             master=master,
+            spec=spec,
             progress=progress,
         )
     _summary(res, json)

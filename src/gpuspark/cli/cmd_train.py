@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, MasterOpt, echo, print_json, print_table
+from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, echo, print_json, print_table
 
 
 def train(
@@ -39,6 +39,7 @@ def train(
     resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint.")] = False,
     threads: Annotated[int | None, typer.Option(help="torch threads per rank.")] = None,
     master: MasterOpt = None,
+    spec: SpecOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Train a recipe with DDP on the cluster (embedded one by default); rank 0 logs epochs."""
@@ -67,6 +68,7 @@ def train(
         num_processes=num_processes,
         gpus_per_process=gpus_per_process,
         master=master,
+        spec=spec,
         local=local,
     )
     if json_out:

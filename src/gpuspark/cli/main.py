@@ -38,8 +38,31 @@ def _root(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
     ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Show the library's debug log.")
+    ] = False,
 ) -> None:
     """Spark + PyTorch DDP on shared GPU clusters."""
+    _logging(verbose)
+
+
+def _logging(verbose: bool) -> None:
+    """The library logs through ``logging``; the CLI shows it on stderr (INFO, or DEBUG)."""
+    import logging
+
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    logger = logging.getLogger("gpuspark")
+    for handler in list(logger.handlers):
+        if getattr(handler, "_gpuspark_cli", False):
+            logger.removeHandler(handler)
+    handler = RichHandler(
+        console=Console(stderr=True), show_time=False, show_path=verbose, markup=False
+    )
+    handler._gpuspark_cli = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
 def _register() -> None:

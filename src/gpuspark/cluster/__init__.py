@@ -1,4 +1,8 @@
-"""The embedded Spark standalone cluster and the SparkSession builder."""
+"""The embedded Spark standalone cluster and the one session path.
+
+``session``/``job_session`` turn (spec or the built-in spec) + the kind of job into a
+SparkSession; ``LocalCluster`` is the embedded cluster; ``embedded_shape`` sizes it from a spec.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,14 @@ import importlib
 from typing import Any
 
 _LAZY = {
+    "EmbeddedShape": "gpuspark.cluster.shape",
+    "JobKind": "gpuspark.cluster.session",
     "LocalCluster": "gpuspark.cluster.local",
-    "session": "gpuspark.cluster.builder",
-    "session_plan": "gpuspark.cluster.builder",
+    "SessionPlan": "gpuspark.cluster.session",
+    "embedded_shape": "gpuspark.cluster.shape",
+    "job_session": "gpuspark.cluster.session",
+    "session": "gpuspark.cluster.session",
+    "session_plan": "gpuspark.cluster.session",
 }
 
 __all__ = sorted(_LAZY)

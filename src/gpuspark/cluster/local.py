@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark.cluster.processes import free_port, pid_alive, terminate_groups
+from gpuspark.cluster.shape import EmbeddedShape, embedded_shape
 from gpuspark.errors import ClusterError
 
 __all__ = [
@@ -74,27 +74,6 @@ def detect_gpus() -> list[str]:
     return [str(i) for i in range(len(lines))]
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); look at its state.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 @dataclass
 class WorkerState:
     """One worker process as started by ``up``."""
@@ -122,6 +101,8 @@ class ClusterState:
     workers: list[WorkerState] = field(default_factory=list)
     master_log: str = ""
     started_at: float = 0.0
+    shape: dict[str, Any] = field(default_factory=dict)
+    """The :class:`~gpuspark.cluster.shape.EmbeddedShape` it was started with."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterState:
@@ -138,30 +119,47 @@ class LocalCluster:
 
     def __init__(
         self,
-        workers: int = 2,
-        cores: int = 2,
-        memory: str = "2g",
+        workers: int | None = None,
+        cores: int | None = None,
+        memory: str | None = None,
         gpus: int | None = None,
         *,
+        spec: Any = None,
         state_dir: str | os.PathLike[str] | None = None,
         host: str = "127.0.0.1",
         timeout: float = 120.0,
     ) -> None:
-        if workers < 1:
-            raise ClusterError(f"workers={workers} must be at least 1")
-        if cores < 1:
-            raise ClusterError(f"cores={cores} must be at least 1")
-        if gpus is not None and gpus < 0:
-            raise ClusterError(f"gpus={gpus} must be 0 or more")
-        self.workers = workers
-        self.cores = cores
-        self.memory = memory
-        self.gpus = gpus
+        for name, value, least in (("workers", workers, 1), ("cores", cores, 1), ("gpus", gpus, 0)):
+            if value is not None and value < least:
+                raise ClusterError(f"{name}={value} must be at least {least}")
+        self.spec = spec
+        """The spec whose shape the cluster rehearses (``None``: the built-in spec)."""
+        self.overrides: dict[str, Any] = {
+            "workers": workers,
+            "cores": cores,
+            "memory": memory,
+            "gpus": gpus,
+        }
         self.host = host
         self.timeout = timeout
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.state: ClusterState | None = None
         self._owns = False
+
+    def plan_shape(self) -> EmbeddedShape:
+        """Workers and executors this cluster starts with, derived from its spec (no side
+        effects besides ``nvidia-smi -L``)."""
+        from gpuspark.spec import resolve_spec
+
+        spec = resolve_spec(self.spec)
+        return embedded_shape(spec, real_gpus=len(detect_gpus()), **self.overrides)
+
+    @property
+    def shape(self) -> EmbeddedShape | None:
+        """The shape of the running cluster (``None`` before it starts)."""
+        if self.state is None or not self.state.shape:
+            return None
+        return EmbeddedShape.from_dict(self.state.shape)
 
     # -- discovery of a running cluster ---------------------------------------------------
 
@@ -170,10 +168,9 @@ class LocalCluster:
         """The cluster recorded in ``state_dir`` if its master is alive, else ``None``."""
         handle = cls(state_dir=state_dir)
         state = handle._read_state()
-        if state is None or not _pid_alive(state.master_pid):
+        if state is None or not pid_alive(state.master_pid):
             return None
         handle.state = state
-        handle.workers = len(state.workers)
         return handle
 
     @property
@@ -205,9 +202,11 @@ class LocalCluster:
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        gpu_sets, simulated = self._assign_gpus()
+        shape = self.plan_shape()
+        gpu_sets, simulated = _assign_gpus(shape)
         try:
             self.state = self._start_master(simulated)
+            self.state.shape = shape.as_dict()
             self._write_state()
             for i, addresses in enumerate(gpu_sets):
                 self.state.workers.append(self._start_worker(i, addresses))
@@ -218,20 +217,6 @@ class LocalCluster:
             raise
         self._owns = True
         return self
-
-    def _assign_gpus(self) -> tuple[list[list[str]], bool]:
-        real = detect_gpus()
-        if real:
-            per = self.gpus if self.gpus is not None else len(real) // self.workers
-            if per * self.workers > len(real):
-                raise ClusterError(
-                    f"gpus={per} per worker x {self.workers} workers needs {per * self.workers} "
-                    f"GPUs but nvidia-smi shows {len(real)}",
-                    remedy="lower --gpus or --workers",
-                )
-            return [real[i * per : (i + 1) * per] for i in range(self.workers)], False
-        per = 2 if self.gpus is None else self.gpus
-        return [[str(i * per + j) for j in range(per)] for i in range(self.workers)], True
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -260,7 +245,7 @@ class LocalCluster:
         return proc.pid
 
     def _start_master(self, simulated: bool) -> ClusterState:
-        port, webui = _free_port(self.host), _free_port(self.host)
+        port, webui = free_port(self.host), free_port(self.host)
         log = self.state_dir / "logs" / "master.log"
         args = [_MASTER_CLASS, "--host", self.host, "--port", str(port)]
         pid = self._spawn([*args, "--webui-port", str(webui)], log)
@@ -277,17 +262,19 @@ class LocalCluster:
 
     def _start_worker(self, index: int, addresses: list[str]) -> WorkerState:
         assert self.state is not None
-        port, webui = _free_port(self.host), _free_port(self.host)
+        port, webui = free_port(self.host), free_port(self.host)
         work = self.state_dir / f"worker-{index}"
         work.mkdir(exist_ok=True)
         props = work / "worker.conf"
         props.write_text(_worker_properties(work, addresses))
         log = self.state_dir / "logs" / f"worker-{index}.log"
         args = [_WORKER_CLASS, self.state.master_url, "--host", self.host, "--port", str(port)]
-        args += ["--webui-port", str(webui), "--cores", str(self.cores)]
-        args += ["--memory", self.memory, "--work-dir", str(work), "--properties-file", str(props)]
+        shape = EmbeddedShape.from_dict(self.state.shape)
+        cores, memory = shape.cores_per_worker, shape.memory_per_worker
+        args += ["--webui-port", str(webui), "--cores", str(cores)]
+        args += ["--memory", memory, "--work-dir", str(work), "--properties-file", str(props)]
         pid = self._spawn(args, log)
-        return WorkerState(index, pid, port, webui, self.cores, self.memory, addresses, str(log))
+        return WorkerState(index, pid, port, webui, cores, memory, addresses, str(log))
 
     def _wait_registered(self) -> None:
         assert self.state is not None
@@ -307,12 +294,12 @@ class LocalCluster:
 
     def _check_processes(self) -> None:
         assert self.state is not None
-        if not _pid_alive(self.state.master_pid):
+        if not pid_alive(self.state.master_pid):
             raise ClusterError(
                 "the Spark master exited during start-up", remedy=f"see {self.state.master_log}"
             )
         for w in self.state.workers:
-            if not _pid_alive(w.pid):
+            if not pid_alive(w.pid):
                 raise ClusterError(
                     f"Spark worker {w.index} exited during start-up", remedy=f"see {w.log}"
                 )
@@ -340,7 +327,7 @@ class LocalCluster:
         registered = {(w.get("host"), int(w.get("port", 0))): w for w in info.get("workers", [])}
         workers = [self._worker_status(w, registered) for w in self.state.workers]
         return {
-            "running": _pid_alive(self.state.master_pid),
+            "running": pid_alive(self.state.master_pid),
             "master_url": self.state.master_url,
             "web_ui": f"http://{self.state.host}:{self.state.webui_port}",
             "master_pid": self.state.master_pid,
@@ -351,13 +338,14 @@ class LocalCluster:
             "workers": workers,
             "state_dir": str(self.state_dir),
             "active_apps": len(info.get("activeapps", [])),
+            "shape": self.state.shape,
         }
 
     def _worker_status(
         self, w: WorkerState, registered: dict[tuple[Any, int], dict[str, Any]]
     ) -> dict[str, Any]:
         reg = registered.get((self.state.host if self.state else None, w.port), {})
-        alive = _pid_alive(w.pid)
+        alive = pid_alive(w.pid)
         state = reg.get("state", "NOT REGISTERED") if alive else "DEAD"
         return {
             "index": w.index,
@@ -380,18 +368,19 @@ class LocalCluster:
         if state is None:
             return []
         pids = [w.pid for w in state.workers] + [state.master_pid]
-        _terminate_groups(pids, timeout)
+        terminate_groups(pids, timeout)
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
         self.state = None
         return pids
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def session(self, **conf: Any) -> Any:
-        """A ``SparkSession`` on this cluster (see :func:`gpuspark.cluster.session`)."""
-        from gpuspark.cluster.builder import session
+    def session(self, kind: str = "data", **conf: Any) -> Any:
+        """A ``SparkSession`` on this cluster shaped by its spec (see
+        :func:`gpuspark.cluster.session`); ``kind`` is ``"data"`` or ``"training"``."""
+        from gpuspark.cluster.session import session
 
-        return session(master=self.master_url, **conf)
+        return session(master=self.master_url, kind=kind, spec=self.spec, cluster=self, **conf)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -422,6 +411,15 @@ class LocalCluster:
         os.replace(tmp, path)
 
 
+def _assign_gpus(shape: EmbeddedShape) -> tuple[list[list[str]], bool]:
+    """GPU addresses of each worker: real indices split evenly, else simulated ones."""
+    real = detect_gpus()
+    per = shape.gpus_per_worker
+    if real:
+        return [real[i * per : (i + 1) * per] for i in range(shape.workers)], False
+    return [[str(i * per + j) for j in range(per)] for i in range(shape.workers)], True
+
+
 def _worker_properties(work: Path, addresses: list[str]) -> str:
     """Spark properties of one worker: its own GPU discovery script (disjoint addresses)."""
     lines = ["spark.worker.cleanup.enabled=true"]
@@ -439,56 +437,3 @@ def _worker_properties(work: Path, addresses: list[str]) -> str:
 
 def _alive_workers(info: dict[str, Any]) -> int:
     return sum(1 for w in info.get("workers", []) if w.get("state") == "ALIVE")
-
-
-def _terminate_groups(pids: list[int], timeout: float) -> None:
-    """SIGTERM each process group, wait, then SIGKILL what is left."""
-    for pid in pids:
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_group_alive(p) for p in pids):
-        _reap(pids)
-        time.sleep(0.2)
-    for pid in pids:
-        _signal_group(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and any(_group_alive(p) for p in pids):
-        time.sleep(0.1)
-    _reap(pids)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return _pid_alive(pgid) or _any_member_alive(pgid)
-
-
-def _any_member_alive(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def _reap(pids: list[int]) -> None:
-    """Collect exited children of this process so they do not linger as zombies."""
-    for pid in pids:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass

@@ -24,10 +24,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark.cluster.session import JobKind, job_session
 from gpuspark.data.sources import QuarantineError
 from gpuspark.errors import GpusparkError
 
-__all__ = ["PrepError", "PrepResult", "Progress", "prep_dicom", "prep_images", "spark_for_job"]
+__all__ = ["PrepError", "PrepResult", "Progress", "prep_dicom", "prep_images"]
 
 QUARANTINE_FILE = "quarantine.parquet"
 SHARD_BYTES = 128 << 20
@@ -70,43 +71,6 @@ class PrepResult:
     def as_dict(self) -> dict[str, Any]:
         """Plain-data view (for ``--json``)."""
         return asdict(self)
-
-
-# --------------------------------------------------------------------------- session
-
-
-def _local_cores_per_worker(workers: int) -> int:
-    return max(1, (os.cpu_count() or 2) // workers)
-
-
-@contextlib.contextmanager
-def spark_for_job(spark: Any = None, master: str | None = None, **conf: Any) -> Iterator[Any]:
-    """A SparkSession for one job: ``spark`` as given; else one on ``master``; else one on the
-    running embedded cluster; else an embedded cluster started for the job and stopped after.
-    Sessions built here are stopped at the end."""
-    if spark is not None:
-        yield spark
-        return
-    from gpuspark.cluster.builder import session
-    from gpuspark.cluster.local import LocalCluster
-
-    if master is None and LocalCluster.running() is None:
-        with LocalCluster(workers=2, cores=_local_cores_per_worker(2)) as cluster:
-            s = cluster.session(**conf)
-            try:
-                yield s
-            finally:
-                s.stop()
-        return
-    from pyspark.sql import SparkSession
-
-    before = SparkSession.getActiveSession()
-    s = session(master=master, **conf)
-    try:
-        yield s
-    finally:
-        if s is not before:  # never stop a session the caller already had
-            s.stop()
 
 
 # --------------------------------------------------------------------------- progress
@@ -452,6 +416,7 @@ def prep_dicom(
     compression: str | None = None,
     spark: Any = None,
     master: str | None = None,
+    spec: Any = None,
     progress: Progress | None = None,
 ) -> PrepResult:
     """DICOM files below ``src`` (any names, nested folders, mixed series) to a volume dataset.
@@ -459,8 +424,9 @@ def prep_dicom(
     One sample per series: ``volume`` (``(z, y, x)``, uint8/float16 windowed or int16 HU),
     ``label`` (from the ``labels`` CSV, keyed by series UID or patient id), hashed patient id,
     UIDs, modality, original and output spacing/shape. Splits by a stable hash of the patient
-    id. Runs on ``spark``, else on ``master``, else on the embedded cluster (started for the
-    job and stopped after if it was not running).
+    id. Runs on ``spark``, else on ``master`` or the spec's master (``spec``: a
+    :class:`~gpuspark.spec.ClusterSpec` or file; default ``$GPUSPARK_SPEC`` or the built-in
+    one), see :func:`gpuspark.cluster.session.job_session`.
     """
     from gpuspark.data.dicom import DicomOptions, parse_window
     from gpuspark.data.sources import parse_split, read_labels
@@ -481,7 +447,7 @@ def prep_dicom(
         raise PrepError(str(exc)) from exc
     table = read_labels(labels) if labels is not None else None
     root = _prepare_dst(os.fspath(dst), overwrite)
-    with spark_for_job(spark, master) as sp:
+    with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
         opts = _WriteOptions(fractions, world_size, num_shards, overwrite, compression)
         return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
 
@@ -882,6 +848,7 @@ def prep_images(
     compression: str | None = None,
     spark: Any = None,
     master: str | None = None,
+    spec: Any = None,
     progress: Progress | None = None,
 ) -> PrepResult:
     """An image folder ``src/<label>/<file>.{jpg,jpeg,png}`` to an image dataset.
@@ -901,7 +868,7 @@ def prep_images(
     except ValueError as exc:
         raise PrepError(str(exc)) from exc
     root = _prepare_dst(os.fspath(dst), overwrite)
-    with spark_for_job(spark, master) as sp:
+    with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
         opts = _WriteOptions(fractions, world_size, num_shards, overwrite, compression)
         return _run_images(sp, src_s, root, options, opts, progress, t0)
 

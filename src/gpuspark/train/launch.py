@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpuspark.errors import LaunchError
@@ -209,9 +210,17 @@ class ExecutorCapacity:
     task_gpu_amount: float = 0.0
     task_cpus: int = 1
 
+    def task_cpus_for(self, gpus_per_task: float) -> int:
+        """CPUs a barrier task asks for: its share of the executor's cores, so that CPU and
+        GPU slots agree (else Spark warns of wasted resources); 1 for CPU-only tasks."""
+        if gpus_per_task <= 0 or self.gpus_per_executor <= 0:
+            return 1
+        gpu_slots = max(1, math.floor(self.gpus_per_executor / gpus_per_task + 1e-9))
+        return max(1, self.cores_per_executor // gpu_slots)
+
     def slots(self, gpus_per_task: float) -> int:
-        """How many barrier tasks (1 CPU, ``gpus_per_task`` GPUs each) fit on idle executors."""
-        per_exec = self.cores_per_executor
+        """How many barrier tasks (``gpus_per_task`` GPUs each) fit on idle executors."""
+        per_exec = self.cores_per_executor // self.task_cpus_for(gpus_per_task)
         if gpus_per_task > 0:
             per_exec = min(per_exec, math.floor(self.gpus_per_executor / gpus_per_task))
         return self.executors * per_exec
@@ -251,7 +260,8 @@ def check_capacity(num_tasks: int, gpus_per_task: float, cap: ExecutorCapacity) 
         )
     slots = cap.slots(gpus_per_task)
     short_gpus = gpus_per_task > 0 and need_gpus > cap.free_gpus + 1e-9
-    if num_tasks > slots or num_tasks > cap.free_cores or short_gpus:
+    cpus = cap.task_cpus_for(gpus_per_task)
+    if num_tasks > slots or num_tasks * cpus > cap.free_cores or short_gpus:
         what = f"{num_tasks} tasks x {gpus_per_task:g} GPU = {need_gpus:g} GPUs"
         have = (
             f"{cap.executors} executor(s) x {cap.gpus_per_executor:g} GPUs, "
@@ -473,10 +483,10 @@ def _check_local_gpus(req: LaunchRequest) -> None:
 # ---------------------------------------------------------------------------- Spark mode
 
 
-def _task_profile(req: LaunchRequest) -> Any:
+def _task_profile(req: LaunchRequest, cpus: int) -> Any:
     from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
 
-    treqs = TaskResourceRequests().cpus(1)
+    treqs = TaskResourceRequests().cpus(cpus)
     if req.gpus_per_task > 0:
         treqs = treqs.resource("gpu", float(req.gpus_per_task))
     return ResourceProfileBuilder().require(treqs).build
@@ -560,7 +570,8 @@ def _run_barrier(req: LaunchRequest, sc: Any, run_id: str, attempt: int) -> list
     sc.setInterruptOnCancel(True)
     try:
         sc.setJobDescription(f"gpuspark launch {req.entrypoint} ({req.num_processes} ranks)")
-        results: list[dict] = rdd.withResources(_task_profile(req)).collect()
+        cpus = _executor_capacity(sc, dict(sc.getConf().getAll())).task_cpus_for(req.gpus_per_task)
+        results: list[dict] = rdd.withResources(_task_profile(req, cpus)).collect()
     except BaseException as exc:
         server.abort("driver stopped")
         sc.cancelJobsWithTag(tag)
@@ -616,12 +627,26 @@ def _spark_error(exc: BaseException, server: Any) -> BaseException:
 # ---------------------------------------------------------------------------- public API
 
 
-def run_request(req: LaunchRequest, spark: Any = None) -> Any:
-    """Run a prepared :class:`LaunchRequest`; return rank 0's return value."""
+def run_request(req: LaunchRequest, spark: Any = None, *, spec: Any = None) -> Any:
+    """Run a prepared :class:`LaunchRequest`; return rank 0's return value.
+
+    On Spark: ``spark`` as given (a session or context), else a training session from
+    :func:`gpuspark.cluster.session.job_session` on ``req.master`` or the spec's master (the
+    embedded cluster is started for the run when none is running, and stopped after).
+    """
+    if req.local:
+        return _attempts(req, None)
+    if spark is not None:
+        return _attempts(req, spark.sparkContext if hasattr(spark, "sparkContext") else spark)
+    from gpuspark.cluster.session import JobKind, job_session
+
+    with job_session(JobKind.TRAINING, master=req.master, spec=spec) as session:
+        return _attempts(req, session.sparkContext)
+
+
+def _attempts(req: LaunchRequest, sc: Any) -> Any:
     run_id = uuid.uuid4().hex[:12]
-    sc = None
-    if not req.local:
-        sc = _spark_context(spark)
+    if sc is not None:
         req.master = req.master or str(sc.master)
         _preflight(req, sc)
     last: list[dict[str, Any]] = []
@@ -645,14 +670,6 @@ def _note(text: str) -> None:
     sys.stdout.flush()
 
 
-def _spark_context(spark: Any) -> Any:
-    if spark is None:
-        from gpuspark.cluster.builder import session
-
-        spark = session()
-    return spark.sparkContext if hasattr(spark, "sparkContext") else spark
-
-
 def run(
     fn: Callable[..., Any] | str,
     *args: Any,
@@ -660,6 +677,7 @@ def run(
     gpus_per_process: float = 1,
     processes_per_task: int | None = None,
     spark: Any = None,
+    spec: Any = None,
     local: bool = False,
     backend: str = "auto",
     max_restarts: int = 0,
@@ -696,7 +714,7 @@ def run(
         env=env,
         **kwargs,
     )
-    return run_request(req, spark)
+    return run_request(req, spark, spec=spec)
 
 
 def make_request(
@@ -708,12 +726,26 @@ def make_request(
     if isinstance(fn, str | os.PathLike):
         if kw:
             raise LaunchError(f"a script takes command-line arguments, not {sorted(kw)}")
-        return LaunchRequest(script=[os.fspath(fn), *map(str, args)], env=dict(env or {}), **opts)
+        script = [_script_path(fn), *map(str, args)]
+        return LaunchRequest(script=script, env=dict(env or {}), **opts)
     import cloudpickle
 
     payload = cloudpickle.dumps((fn, args, kw))
     name = getattr(fn, "__qualname__", type(fn).__name__)
     return LaunchRequest(function=name, payload=payload, env=dict(env or {}), **opts)
+
+
+def _script_path(path: str | os.PathLike[str]) -> str:
+    """The script as an absolute path, checked on the driver: ranks start in other working
+    directories (a Spark worker's), where a relative path names nothing."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        what = "is a directory" if p.is_dir() else "does not exist"
+        raise LaunchError(
+            f"script {os.fspath(path)}: {what}",
+            remedy="give the path of a Python file (relative to the current directory or absolute)",
+        )
+    return str(p.resolve())
 
 
 def restart_count() -> int:

@@ -12,11 +12,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +29,10 @@ __all__ = [
     "RecipeError",
     "build_model",
     "check_recipe",
-    "embedded_conf",
     "parse_window",
     "roc_auc",
     "run",
     "train",
-    "training_spark",
 ]
 
 RECIPES = ("resnet3d", "resnet2d")
@@ -471,15 +467,17 @@ def run(
     gpus_per_process: float = 1,
     spark: Any = None,
     master: str | None = None,
+    spec: Any = None,
     local: bool = False,
     timeout: float | None = None,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Launch :func:`train` on ``num_processes`` ranks and return rank 0's summary.
 
-    Ranks run in a Spark barrier stage on ``spark``, else on ``master``, else on the running
-    embedded cluster, else on an embedded cluster started for the job (and stopped after);
-    with ``local=True`` they are plain processes of this machine.
+    Ranks run in a Spark barrier stage on ``spark``, else on ``master`` or the spec's master
+    (the embedded cluster by default, started for the job when none runs; see
+    :func:`gpuspark.cluster.session.job_session`); with ``local=True`` they are plain
+    processes of this machine.
     """
     from gpuspark.train import launch
 
@@ -492,51 +490,7 @@ def run(
     }
     if local:
         return launch.run(train, name, cfg, local=True, **kwargs)
-    with training_spark(spark, master) as sp:
+    from gpuspark.cluster.session import JobKind, job_session
+
+    with job_session(JobKind.TRAINING, spark=spark, master=master, spec=spec) as sp:
         return launch.run(train, name, cfg, spark=sp, **kwargs)
-
-
-def embedded_conf(cores: int, gpus: int) -> dict[str, str]:
-    """Session settings for training on the embedded cluster.
-
-    Executors take all of a worker's cores and GPU slots; data tasks share GPUs (fractional
-    amounts) while the launcher's barrier stage asks for whole GPUs through a task resource
-    profile. Barrier stages need dynamic allocation off (SPARK-24942).
-    """
-    return {
-        "spark.executor.cores": str(cores),
-        "spark.executor.resource.gpu.amount": str(gpus),
-        "spark.task.resource.gpu.amount": "0.25",
-        "spark.dynamicAllocation.enabled": "false",
-    }
-
-
-@contextlib.contextmanager
-def training_spark(spark: Any = None, master: str | None = None) -> Iterator[Any]:
-    """A session to train on: ``spark`` as given; else one on ``master``; else one on the
-    running embedded cluster; else an embedded cluster started for the job and stopped after."""
-    if spark is not None:
-        yield spark
-        return
-    from gpuspark.cluster.builder import session
-    from gpuspark.cluster.local import LocalCluster
-
-    running = LocalCluster.running() if master is None else None
-    if master is None and running is None:
-        cores = max(1, (os.cpu_count() or 2) // 2)
-        with LocalCluster(workers=2, cores=cores, gpus=2) as cluster:
-            s = cluster.session(**embedded_conf(cores, 2))
-            try:
-                yield s
-            finally:
-                s.stop()
-        return
-    conf = {"spark.dynamicAllocation.enabled": "false"}
-    if running is not None and running.state is not None:
-        w = running.state.workers[0]
-        conf = embedded_conf(int(w.cores), max(1, len(w.gpus)))
-    s = session(master=master, **conf)
-    try:
-        yield s
-    finally:
-        s.stop()

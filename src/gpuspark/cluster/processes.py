@@ -1,0 +1,88 @@
+"""Processes of the embedded cluster: free ports, liveness, and stopping whole process groups."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+__all__ = ["free_port", "group_alive", "pid_alive", "terminate_groups"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` runs (a zombie counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); look at its state.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def terminate_groups(pids: list[int], timeout: float) -> None:
+    """SIGTERM each process group, wait, then SIGKILL what is left."""
+    for pid in pids:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(group_alive(p) for p in pids):
+        _reap(pids)
+        time.sleep(0.2)
+    for pid in pids:
+        _signal_group(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(group_alive(p) for p in pids):
+        time.sleep(0.1)
+    _reap(pids)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of the group ``pgid`` runs."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return pid_alive(pgid) or _any_member_alive(pgid)
+
+
+def _any_member_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _reap(pids: list[int]) -> None:
+    """Collect exited children of this process so they do not linger as zombies."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass

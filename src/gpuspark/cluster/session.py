@@ -1,0 +1,368 @@
+"""The one session path: (cluster spec or the built-in one) + the kind of job -> SparkSession.
+
+- **Spec**: ``spec=`` (a :class:`~gpuspark.spec.ClusterSpec` or a file), else
+  ``$GPUSPARK_SPEC``, else :func:`gpuspark.spec.default_spec`. Its master and ``[spark]``
+  settings are the only source of Spark settings; ``conf`` overrides them last.
+- **Embedded cluster** (master ``local-cluster``): the executor shape comes from the running
+  cluster, which ``gpuspark cluster up --spec`` sized from the spec (:mod:`.shape`).
+- **Kind**: ``data`` jobs keep the spec's fractional task GPU amount (4 tasks share a GPU) and
+  its dynamic allocation; ``training`` turns dynamic allocation off, since barrier stages refuse
+  it (SPARK-24942), and gets whole GPUs per task from the launcher's task resource profile.
+- **Ownership**: :func:`job_session` reuses a session the caller already has and never stops
+  it; it stops only what it started (the session, and an embedded cluster started for the job).
+
+The conf is plain data first (:func:`session_plan`), printable without starting anything
+(``yarn`` and ``k8s://`` included; ``.materialize()`` gives the ``spark-submit`` line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuspark.errors import ClusterError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from gpuspark.cluster.local import LocalCluster
+    from gpuspark.spec import ClusterSpec
+
+__all__ = [
+    "EMBEDDED_MASTERS",
+    "JobKind",
+    "SessionPlan",
+    "job_session",
+    "local_defaults",
+    "session",
+    "session_plan",
+]
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_MASTERS = ("local-cluster", "embedded")
+"""Master names meaning the embedded standalone cluster of this machine."""
+_LOCAL_PREFIXES = ("local", "spark://127.", "spark://localhost")
+# Spec settings that describe the real cluster and make no sense on the embedded one.
+_REAL_CLUSTER_ONLY = ("discoveryScript", "eventLog", "memoryOverhead", "spark.driver.memory")
+
+
+class JobKind(str, enum.Enum):
+    """What a session is for: its Spark settings differ."""
+
+    DATA = "data"
+    """ETL: the spec's fractional task GPU amount and dynamic allocation."""
+    TRAINING = "training"
+    """Barrier stages: dynamic allocation off (SPARK-24942); whole GPUs per task."""
+
+
+@dataclass
+class SessionPlan:
+    """Everything a SparkSession is built from: master, app name, conf and environment."""
+
+    master: str
+    app_name: str
+    conf: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def materialize(self) -> str:
+        """The equivalent ``spark-submit`` command line (a dry run)."""
+        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        parts += ["spark-submit", "--master", shlex.quote(self.master)]
+        parts += ["--name", shlex.quote(self.app_name)]
+        for key, value in sorted(self.conf.items()):
+            parts += ["--conf", shlex.quote(f"{key}={value}")]
+        return " ".join(parts)
+
+
+def local_defaults() -> dict[str, str]:
+    """Small memory and quiet, fast settings for a single machine."""
+    return {
+        "spark.driver.memory": "1g",
+        "spark.executor.memory": "1g",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+    }
+
+
+def _python_conf() -> dict[str, str]:
+    # Executors must run the driver's Python, or tasks fail with ModuleNotFoundError.
+    return {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+
+
+def _embedded(cluster: LocalCluster | None, state_dir: Any) -> LocalCluster:
+    from gpuspark.cluster.local import LocalCluster
+
+    found = cluster if cluster is not None else LocalCluster.running(state_dir)
+    if found is None or found.state is None:
+        raise ClusterError(
+            "the spec's master is the embedded cluster (local-cluster), which is not running",
+            remedy="start it with `gpuspark cluster up`, or pass master='spark://…'",
+        )
+    return found
+
+
+def _embedded_at(master: str, state_dir: Any) -> LocalCluster | None:
+    """The running embedded cluster if ``master`` is its URL (its shape then applies)."""
+    from gpuspark.cluster.local import LocalCluster
+
+    running = LocalCluster.running(state_dir)
+    return running if running is not None and running.master_url == master else None
+
+
+def _embedded_conf(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
+    """The spec's settings with the embedded cluster's executor shape (see :mod:`.shape`)."""
+    from gpuspark.cluster.conf import spark_conf
+
+    conf = {
+        k: v
+        for k, v in spark_conf(spec).items()
+        if not any(part in k for part in _REAL_CLUSTER_ONLY)
+    }
+    conf["spark.eventLog.enabled"] = "false"
+    shape = cluster.shape
+    if shape is not None:
+        conf.update(shape.executor_conf())
+        if shape.executor_gpus == 0:
+            conf = {k: v for k, v in conf.items() if ".resource.gpu." not in k}
+        if "spark.dynamicAllocation.maxExecutors" in conf:
+            executors = shape.workers * shape.executors_per_worker
+            conf["spark.dynamicAllocation.maxExecutors"] = str(executors)
+        conf.update(_wait_for_executors(shape.workers * shape.cores_per_worker))
+    return conf
+
+
+def _wait_for_executors(cores: int) -> dict[str, str]:
+    """Let Spark's own start-up wait until every executor of the embedded cluster registered
+    (standalone counts against ``spark.cores.max``). Ignored under dynamic allocation, where
+    executors come on demand; :func:`_kind_conf` removes it then."""
+    return {
+        "spark.cores.max": str(cores),
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
+    }
+
+
+def _spec_conf(spec: ClusterSpec, master: str) -> dict[str, str]:
+    from gpuspark.cluster.conf import spark_conf
+
+    conf = spark_conf(spec)
+    if master.startswith("local"):
+        # local[N] runs tasks in the driver: no executors, no GPU resources to schedule.
+        drop = (".resource.gpu.", "spark.executor.cores", "dynamicAllocation", "eventLog")
+        conf = {k: v for k, v in conf.items() if not any(d in k for d in drop)}
+    return conf
+
+
+def _kind_conf(conf: dict[str, str], kind: JobKind) -> dict[str, str]:
+    if kind is JobKind.TRAINING:
+        conf = {k: v for k, v in conf.items() if not k.startswith("spark.dynamicAllocation.")}
+        conf["spark.dynamicAllocation.enabled"] = "false"
+    if conf.get("spark.dynamicAllocation.enabled") == "true":
+        conf.pop("spark.scheduler.minRegisteredResourcesRatio", None)
+        conf.pop("spark.scheduler.maxRegisteredResourcesWaitingTime", None)
+    return conf
+
+
+def _check_master(master: str, conf: dict[str, str]) -> None:
+    allowed = ("local", "spark://", "yarn", "k8s://")
+    if not master.startswith(allowed):
+        raise ClusterError(
+            f"master={master!r} is not a Spark master URL",
+            remedy="use local[*], spark://host:port, yarn or k8s://https://host:port",
+        )
+    if master == "yarn":
+        conf.setdefault("spark.submit.deployMode", "client")
+    if master.startswith("k8s://") and "spark.kubernetes.container.image" not in conf:
+        raise ClusterError(
+            "master=k8s://… needs spark.kubernetes.container.image",
+            remedy="pass it as conf or in the spec's [spark.conf] table",
+        )
+
+
+def check_slots(conf: dict[str, str]) -> None:
+    """Refuse an executor shape whose GPU and CPU task slots differ: Spark would warn that it
+    "will result in wasted resources" and leave cores or GPU shares idle."""
+    from gpuspark.spec import gpu_slots_per_executor
+
+    gpus = float(conf.get("spark.executor.resource.gpu.amount", 0) or 0)
+    amount = float(conf.get("spark.task.resource.gpu.amount", 0) or 0)
+    cores = conf.get("spark.executor.cores")
+    if not (gpus and amount and cores):
+        return
+    cpus = int(conf.get("spark.task.cpus", "1"))
+    gpu_slots = gpu_slots_per_executor(int(gpus), amount)
+    cpu_slots = int(cores) // cpus
+    if gpu_slots != cpu_slots:
+        raise ClusterError(
+            f"executors of {cores} cores / {cpus} CPU per task = {cpu_slots} task slots, but "
+            f"{gpus:g} GPUs / {amount:g} GPU per task = {gpu_slots}: Spark would warn of "
+            "wasted resources and leave "
+            f"{'cores' if cpu_slots > gpu_slots else 'GPU shares'} idle",
+            remedy=f"set spark.executor.cores={gpu_slots * cpus} or "
+            f"spark.task.resource.gpu.amount to give {cpu_slots} tasks per executor",
+        )
+
+
+def session_plan(
+    master: str | None = None,
+    spec: ClusterSpec | str | os.PathLike[str] | None = None,
+    *,
+    kind: JobKind | str = JobKind.DATA,
+    app_name: str = "gpuspark",
+    cluster: LocalCluster | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    **conf: Any,
+) -> SessionPlan:
+    """Work out master, conf and environment for a session, without starting anything.
+
+    Precedence (last wins): local defaults (single-machine masters), the spec's Spark settings
+    (shaped by the embedded cluster when the master is ``local-cluster``), the job kind, the
+    current Python for driver and executors, ``conf``. Keyword names may use ``_`` for ``.``
+    (``spark_executor_cores=4``). Raises :class:`ClusterError` for a shape Spark would call
+    wasteful.
+    """
+    from gpuspark.spec import resolve_spec
+
+    spec_obj = resolve_spec(spec)
+    target = master or spec_obj.spark.master
+    merged: dict[str, str] = {}
+    if cluster is None and target.startswith("spark://"):
+        cluster = _embedded_at(target, state_dir)
+    if target in EMBEDDED_MASTERS or cluster is not None:
+        found = _embedded(cluster, state_dir)
+        resolved = found.master_url
+        merged.update(local_defaults())
+        merged.update(_embedded_conf(spec_obj, found))
+    else:
+        resolved = target
+        if resolved.startswith(_LOCAL_PREFIXES):
+            merged.update(local_defaults())
+        merged.update(_spec_conf(spec_obj, resolved))
+    merged = _kind_conf(merged, JobKind(kind))
+    merged.update(_python_conf())
+    merged.update({_key(k): _value(v) for k, v in conf.items()})
+    _check_master(resolved, merged)
+    check_slots(merged)
+    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    return SessionPlan(master=resolved, app_name=app_name, conf=merged, env=env)
+
+
+def session(
+    master: str | None = None,
+    spec: ClusterSpec | str | os.PathLike[str] | None = None,
+    *,
+    kind: JobKind | str = JobKind.DATA,
+    app_name: str = "gpuspark",
+    cluster: LocalCluster | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    **conf: Any,
+) -> SparkSession:
+    """Build (or reuse) a ``SparkSession`` with gpuspark's settings; the caller stops it.
+
+    ``master`` may be ``local[*]``, ``spark://host:port``, ``yarn``, ``k8s://…``, or ``None``
+    for the spec's master (``local-cluster``: the running embedded cluster). See
+    :func:`session_plan`; :func:`job_session` also starts the embedded cluster when needed.
+    """
+    plan = session_plan(
+        master, spec, kind=kind, app_name=app_name, cluster=cluster, state_dir=state_dir, **conf
+    )
+    if plan.master == "yarn" and not (
+        os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")
+    ):
+        raise ClusterError(
+            "master=yarn needs the cluster's Hadoop configuration",
+            remedy="set HADOOP_CONF_DIR (or YARN_CONF_DIR) to the directory with yarn-site.xml",
+        )
+    os.environ.update(plan.env)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(plan.master).appName(plan.app_name)
+    for key, value in plan.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("GPUSPARK_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+@contextlib.contextmanager
+def job_session(
+    kind: JobKind | str = JobKind.DATA,
+    *,
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    spec: ClusterSpec | str | os.PathLike[str] | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    app_name: str = "gpuspark",
+    **conf: Any,
+) -> Iterator[SparkSession]:
+    """The session for one job, and the one ownership rule: stop only what was started here.
+
+    ``spark`` as given; else the caller's active session (when no ``master``/``spec`` asks for
+    another); else a new session on the spec's master. When that master is the embedded
+    cluster and none runs, one is started from the spec for this job and stopped after it.
+    """
+    if spark is not None:
+        yield spark
+        return
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None and spec is None:
+        yield active
+        return
+    with _cluster_for(master, spec, state_dir) as cluster:
+        s = session(
+            master, spec, kind=kind, app_name=app_name, cluster=cluster, state_dir=state_dir, **conf
+        )
+        try:
+            yield s
+        finally:
+            s.stop()
+
+
+@contextlib.contextmanager
+def _cluster_for(master: str | None, spec: Any, state_dir: Any) -> Iterator[LocalCluster | None]:
+    """The embedded cluster a job on ``master`` needs: the running one, or one started for it."""
+    from gpuspark.cluster.local import LocalCluster
+    from gpuspark.spec import resolve_spec
+
+    spec_obj = resolve_spec(spec)
+    if (master or spec_obj.spark.master) not in EMBEDDED_MASTERS:
+        yield None
+        return
+    running = LocalCluster.running(state_dir)
+    if running is not None:
+        yield running
+        return
+    cluster = LocalCluster(spec=spec_obj, state_dir=state_dir)
+    log.info("no embedded cluster running: starting one for this job (stopped after it)")
+    with cluster:
+        log.info("embedded cluster up at %s", cluster.master_url)
+        yield cluster
+
+
+def _key(name: str) -> str:
+    return name if "." in name else name.replace("_", ".")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

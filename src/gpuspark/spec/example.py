@@ -1,0 +1,152 @@
+"""The commented example spec (``gpuspark init``)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from gpuspark.errors import SpecError
+
+__all__ = ["example_spec", "write_example"]
+
+
+def example_spec() -> str:
+    """A commented example spec: the seed's cluster of two DGX A100 servers and three teams."""
+    return _EXAMPLE
+
+
+def write_example(path: str | Path, *, force: bool = False) -> Path:
+    """Write :func:`example_spec` to ``path`` atomically; refuse to overwrite unless ``force``."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise SpecError(f"{path} already exists", remedy="pass --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(_EXAMPLE)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+_EXAMPLE = """\
+# gpuspark cluster spec. Check it with `gpuspark validate cluster.toml`;
+# render Spark's configuration with `gpuspark render spark cluster.toml -o conf/`.
+name = "dgx-a100"
+
+# One [[nodes]] table per group of identical servers.
+[[nodes]]
+name = "dgx"
+hosts = ["dgx01", "dgx02"]
+gpus_per_node = 8
+gpu_model = "A100-SXM4-80GB"
+gpu_memory_gb = 80
+nvlink_gbytes_per_s = 600    # NVLink, gigaBYTES per second per GPU (NVIDIA's figure)
+cpu_cores = 128              # 2 x AMD EPYC 7763, 64 cores each
+ram_gb = 2048
+nvme_tb = 30                 # local NVMe scratch (data cache, shuffle)
+
+[networks.compute]           # gradients and shuffle
+kind = "infiniband"          # infiniband | ethernet
+gbps = 100                   # gigaBITS per second per node (HDR100)
+latency_us = 1.0
+
+[networks.storage]
+kind = "ethernet"
+gbps = 25
+
+[storage]
+root = "hdfs://namenode:8020/gpuspark"   # or a local path, s3a://bucket/prefix, ...
+
+[spark]
+master = "spark://dgx01:7077"  # local-cluster (embedded) | spark://host:port | yarn | k8s://...
+executor_gpus = 1              # spark.executor.resource.gpu.amount
+task_gpu_amount = 0.25         # spark.task.resource.gpu.amount: 4 data tasks share a GPU
+executor_cores = 16            # 16 cores / task_cpus 4 = 4 task slots = 4 GPU shares
+task_cpus = 4
+executor_memory = "200g"
+dynamic_allocation = true      # training jobs turn it off (barrier stages need that)
+discovery_script = "/opt/gpuspark/getGpusResources.sh"
+
+[spark.conf]                   # any other Spark property, applied last
+"spark.executor.memoryOverhead" = "24g"
+"spark.sql.shuffle.partitions" = "512"
+
+# Teams share the GPUs: a guaranteed share, a ceiling when others are idle, a priority.
+[[teams]]
+name = "radiology"
+guaranteed_gpus = 8
+max_gpus = 16
+priority = 2
+members = ["alice", "bob"]
+
+[[teams]]
+name = "vision"
+guaranteed_gpus = 4
+max_gpus = 12
+priority = 1
+members = ["carol", "dan"]
+
+[[teams]]
+name = "research"
+guaranteed_gpus = 4
+max_gpus = 8
+priority = 0
+members = ["erin"]
+
+[monitoring]                   # alert thresholds
+gpu_memory_pct = 95
+gpu_temp_c = 85
+gpu_util_low_pct = 10
+idle_allocated_minutes = 30
+data_wait_pct = 25
+nvme_free_pct = 10
+executor_lost_per_hour = 3
+"""
+
+
+_DEFAULT = """\
+# The built-in spec gpuspark uses when none is given (`--spec` / GPUSPARK_SPEC): the embedded
+# cluster on this machine, 2 workers with 2 GPU slots each (simulated without NVIDIA GPUs).
+name = "embedded"
+
+[[nodes]]
+name = "local"
+hosts = ["worker-0", "worker-1"]
+gpus_per_node = 2
+gpu_model = "any"
+gpu_memory_gb = 16
+cpu_cores = 8
+ram_gb = 8
+
+[networks.compute]
+kind = "ethernet"
+gbps = 10
+latency_us = 50
+
+[networks.storage]
+gbps = 10
+
+[storage]
+root = "gpuspark-data"
+
+[spark]
+master = "local-cluster"
+executor_gpus = 2              # one executor per worker holds both GPU slots
+task_gpu_amount = 0.25         # 4 data tasks share a GPU
+executor_cores = 8             # 8 task slots = 8 GPU shares
+task_cpus = 1
+executor_memory = "1g"
+dynamic_allocation = false     # one application can prepare data and train
+event_log = false
+"""
+
+
+def default_spec_text() -> str:
+    """The TOML of the built-in spec (the embedded cluster's shape)."""
+    return _DEFAULT

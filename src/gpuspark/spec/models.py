@@ -1,0 +1,257 @@
+"""The cluster spec's models: plain data (pydantic v2, unknown keys forbidden, frozen).
+
+The cross-field rules (:mod:`gpuspark.spec.rules`) run when a :class:`ClusterSpec` is built, so
+a spec in hand is always consistent.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpuspark.spec.values import flatten_table
+
+__all__ = [
+    "DEFAULT_DISCOVERY_SCRIPT",
+    "MANAGED_CONF",
+    "ClusterSpec",
+    "ComputeNetwork",
+    "Monitoring",
+    "Networks",
+    "NodeGroup",
+    "RuleViolations",
+    "SparkSettings",
+    "StorageNetwork",
+    "StorageSettings",
+    "Team",
+]
+
+DEFAULT_DISCOVERY_SCRIPT = "/opt/gpuspark/getGpusResources.sh"
+
+_NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+_MEMORY = re.compile(r"^[1-9][0-9]*[kmgtp]?$", re.IGNORECASE)
+_HOST_PORT = r"[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}"
+_MASTER_FORMS = (
+    re.compile(r"^local-cluster$"),
+    re.compile(r"^local(\[([1-9][0-9]*|\*)\])?$"),
+    re.compile(rf"^spark://{_HOST_PORT}(,{_HOST_PORT})*$"),
+    re.compile(r"^yarn$"),
+    re.compile(r"^k8s://(https?://)?[A-Za-z0-9_.\-]+(:[0-9]{1,5})?/?$"),
+)
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+# Spark properties owned by typed fields: setting them in [spark.conf] would bypass the checks.
+MANAGED_CONF = {
+    "spark.executor.resource.gpu.amount": "executor_gpus",
+    "spark.task.resource.gpu.amount": "task_gpu_amount",
+    "spark.executor.cores": "executor_cores",
+    "spark.task.cpus": "task_cpus",
+    "spark.executor.memory": "executor_memory",
+    "spark.dynamicAllocation.enabled": "dynamic_allocation",
+    "spark.master": "master",
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Name = Annotated[str, Field(pattern=_NAME, max_length=64)]
+PositiveInt = Annotated[int, Field(gt=0)]
+Positive = Annotated[float, Field(gt=0)]
+Percent = Annotated[float, Field(gt=0, le=100)]
+
+
+class NodeGroup(_Model):
+    """A group of identical GPU servers."""
+
+    name: Name
+    """Group name, e.g. ``dgx-a100``."""
+    hosts: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    """Host names of the servers in the group."""
+    gpus_per_node: PositiveInt
+    gpu_model: Annotated[str, Field(min_length=1)]
+    """GPU model as ``nvidia-smi`` names it, e.g. ``A100-SXM4-80GB``."""
+    gpu_memory_gb: Positive
+    """Memory of one GPU, GB."""
+    nvlink_gbytes_per_s: Annotated[float, Field(ge=0)] = 0.0
+    """NVLink bandwidth per GPU, gigaBYTES per second as NVIDIA quotes it (A100: 600); 0: none."""
+    cpu_cores: PositiveInt
+    """Physical CPU cores per server (all sockets)."""
+    ram_gb: Positive
+    """Host memory per server, GB."""
+    nvme_tb: Annotated[float, Field(ge=0)] = 0.0
+    """Local NVMe scratch per server, TB."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs in the whole group."""
+        return len(self.hosts) * self.gpus_per_node
+
+
+class ComputeNetwork(_Model):
+    """The network the GPUs talk over (gradient all-reduce, shuffle)."""
+
+    kind: Literal["infiniband", "ethernet"]
+    gbps: Positive
+    """Link speed per node, gigaBITS per second."""
+    latency_us: Positive
+    """One-way latency, microseconds."""
+
+
+class StorageNetwork(_Model):
+    """The network to the shared storage."""
+
+    kind: Literal["infiniband", "ethernet"] = "ethernet"
+    gbps: Positive
+    """Link speed per node, gigaBITS per second."""
+
+
+class Networks(_Model):
+    """Compute and storage networks."""
+
+    compute: ComputeNetwork
+    storage: StorageNetwork
+
+
+class StorageSettings(_Model):
+    """Where datasets, checkpoints and Spark event logs live."""
+
+    root: Annotated[str, Field(min_length=1)] = "gpuspark-data"
+    """A local path or a URL (``hdfs://``, ``s3a://``, ``gs://``, ``abfs://``, ``file://``)."""
+
+    @field_validator("root")
+    @classmethod
+    def _root_form(cls, value: str) -> str:
+        if "://" in value and not _URL_SCHEME.match(value):
+            raise ValueError("must be a local path or a URL like hdfs://host/path or s3a://bucket/")
+        return value
+
+
+class SparkSettings(_Model):
+    """How Spark applications are placed on the cluster."""
+
+    master: str = "local-cluster"
+    """``local-cluster`` (the embedded cluster), ``spark://host:port``, ``yarn``, ``k8s://…``."""
+    executor_gpus: PositiveInt = 1
+    """``spark.executor.resource.gpu.amount``."""
+    task_gpu_amount: Positive = 0.25
+    """``spark.task.resource.gpu.amount``: a fraction in (0, 1] or a whole number."""
+    executor_cores: PositiveInt = 4
+    task_cpus: PositiveInt = 1
+    executor_memory: str = "4g"
+    """JVM memory string, e.g. ``4g`` or ``512m``."""
+    dynamic_allocation: bool = True
+    """On for data preparation; training (barrier stages) turns it off per application."""
+    event_log: bool = True
+    event_log_dir: str | None = None
+    """Default: ``<storage.root>/spark-events``."""
+    discovery_script: str = DEFAULT_DISCOVERY_SCRIPT
+    """Where ``getGpusResources.sh`` is installed on every node."""
+    conf: dict[str, str] = Field(default_factory=dict)
+    """Extra Spark properties, applied last. Quote dotted keys or nest tables; both work."""
+
+    @field_validator("master")
+    @classmethod
+    def _master_form(cls, value: str) -> str:
+        if not any(form.match(value) for form in _MASTER_FORMS):
+            raise ValueError(
+                "must be local-cluster, local[N], spark://host:port, yarn or k8s://https://host:port"
+            )
+        return value
+
+    @field_validator("task_gpu_amount")
+    @classmethod
+    def _task_amount(cls, value: float) -> float:
+        # Spark's rule for custom resources: (0, 1] shares one address, above 1 whole addresses.
+        if value > 1 and not float(value).is_integer():
+            raise ValueError("must be a fraction in (0, 1] or a whole number, e.g. 0.25 or 2")
+        return value
+
+    @field_validator("executor_memory")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if not _MEMORY.match(value):
+            raise ValueError("must be a JVM memory size like 512m, 4g or 1t")
+        return value
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _flatten_conf(cls, value: Any) -> Any:
+        return flatten_table(value) if isinstance(value, dict) else value
+
+
+class Team(_Model):
+    """A team sharing the cluster: a guaranteed share, a ceiling, a priority."""
+
+    name: Name
+    guaranteed_gpus: Annotated[int, Field(ge=0)]
+    max_gpus: PositiveInt
+    priority: Annotated[int, Field(ge=0)] = 0
+    """Higher runs first when GPUs are contended."""
+    members: list[str] = Field(default_factory=list)
+
+
+class Monitoring(_Model):
+    """Alert thresholds for the rendered Prometheus rules and ``gpuspark doctor``."""
+
+    gpu_memory_pct: Percent = 95.0
+    """Alert when a GPU's framebuffer is fuller than this."""
+    gpu_temp_c: Annotated[float, Field(gt=0, le=120)] = 85.0
+    """Alert when a GPU runs hotter than this."""
+    gpu_util_low_pct: Percent = 10.0
+    """A GPU below this utilisation counts as idle."""
+    idle_allocated_minutes: Positive = 30.0
+    """Alert when an allocated GPU stays idle this long."""
+    data_wait_pct: Percent = 25.0
+    """Alert when a training step spends more than this share waiting for data."""
+    nvme_free_pct: Percent = 10.0
+    """Alert when local NVMe scratch has less free space than this."""
+    executor_lost_per_hour: Annotated[int, Field(ge=1)] = 3
+    """Alert when an application loses more executors than this in an hour."""
+
+
+class ClusterSpec(_Model):
+    """A whole cluster: see ``gpuspark init`` for a commented example."""
+
+    name: Name
+    nodes: Annotated[list[NodeGroup], Field(min_length=1)]
+    networks: Networks
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    teams: list[Team] = Field(default_factory=list)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs in all node groups."""
+        return sum(group.gpus for group in self.nodes)
+
+    @property
+    def total_hosts(self) -> int:
+        """Servers in all node groups."""
+        return sum(len(group.hosts) for group in self.nodes)
+
+    @property
+    def event_log_dir(self) -> str:
+        """Where Spark writes event logs (``spark.event_log_dir`` or under the storage root)."""
+        return self.spark.event_log_dir or f"{self.storage.root.rstrip('/')}/spark-events"
+
+    @model_validator(mode="after")
+    def _rules(self) -> ClusterSpec:
+        from gpuspark.spec.rules import rule_violations
+
+        problems = rule_violations(self)
+        if problems:
+            raise RuleViolations(problems)
+        return self
+
+
+class RuleViolations(ValueError):
+    """Cross-field problems; each is a complete ``path=value what-is-wrong`` line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems

@@ -1,0 +1,179 @@
+"""The spec drives every running job through one session path (real embedded clusters).
+
+Each test runs the ``gpuspark`` command as a user would, in its own state directory, so the
+clusters here are separate from the shared test cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+pytestmark = pytest.mark.spark
+
+# Executors cannot import this test module: ship its functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROOT = Path(__file__).resolve().parents[2]
+WASTED = "will result in wasted resources"
+
+DDP_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(os.environ.get("GPUSPARK_BACKEND", "gloo"))
+    t = torch.ones(1) * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t.item())}", flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def _cli(*args: str, cwd: Path, state: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPUSPARK_STATE_DIR": str(state), "PYSPARK_PYTHON": sys.executable}
+    env.pop("GPUSPARK_SPEC", None)
+    cmd = [sys.executable, "-m", "gpuspark.cli.main", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _ok(proc: subprocess.CompletedProcess) -> str:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert WASTED not in out
+    return out
+
+
+def _down(tmp_path: Path, state: Path) -> None:
+    _cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
+
+
+def test_readme_quickstart_sequence_as_written(tmp_path: Path) -> None:
+    """cluster up -> launch -n 2 script.py (GPU ranks, CPU ranks) -> a data job -> down."""
+    state = tmp_path / "state"
+    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+    try:
+        up = _ok(_cli("cluster", "up", cwd=tmp_path, state=state))
+        assert "simulated" in up
+        out = _ok(_cli("launch", "-n", "2", "train.py", cwd=tmp_path, state=state))
+        assert "rank 0 of 2 sum 3" in out and "rank 1 of 2 sum 3" in out
+        out = _ok(
+            _cli(
+                "launch",
+                "-n",
+                "2",
+                "--gpus-per-process",
+                "0",
+                "train.py",
+                cwd=tmp_path,
+                state=state,
+            )
+        )
+        assert "rank 1 of 2 sum 3" in out
+        out = _ok(_cli("launch", "-n", "4", "train.py", cwd=tmp_path, state=state))
+        assert "rank 3 of 4 sum 10" in out
+        synth = ("datasets", "synth-images", "data/images", "--classes", "2", "--per-class", "4")
+        _ok(_cli(*synth, cwd=tmp_path, state=state))
+        prep = ("prep", "images", "data/images", "data/img-shards", "--world-size", "2")
+        _ok(_cli(*prep, cwd=tmp_path, state=state))
+        assert (tmp_path / "data" / "img-shards" / "manifest.json").exists()
+    finally:
+        down = _cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
+    assert down.returncode == 0 and "stopped" in down.stdout
+
+
+def test_launch_without_a_cluster_starts_one_and_stops_it(tmp_path: Path) -> None:
+    from gpuspark.cluster.local import LocalCluster
+
+    state = tmp_path / "state"
+    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+    try:
+        out = _ok(_cli("launch", "-n", "2", "train.py", cwd=tmp_path, state=state))
+    finally:
+        running = LocalCluster.running(state)
+        if running is not None:
+            running.stop()
+    assert "rank 1 of 2 sum 3" in out
+    assert "starting one for this job" in out
+    assert running is None  # stopped after the job
+    assert not (state / "cluster.json").exists()
+
+
+def _rendezvous_probe(root: str, expected: int) -> Any:
+    """A task body that waits until ``expected`` tasks run at once (or 60 s pass)."""
+
+    def probe(index: int, _rows: Any) -> Any:
+        from pyspark import TaskContext
+
+        addresses = list(TaskContext.get().resources()["gpu"].addresses)
+        Path(root, f"{index}").write_text(",".join(addresses))
+        deadline = time.time() + 60
+        while len(os.listdir(root)) < expected and time.time() < deadline:
+            time.sleep(0.1)
+        return [(index, addresses, len(os.listdir(root)))]
+
+    return probe
+
+
+def _gpu_of_each_rank(out_dir: str) -> None:
+    Path(out_dir, os.environ["RANK"]).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+
+
+def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from gpuspark.cluster.local import LocalCluster
+    from gpuspark.train.launch import run
+
+    state = tmp_path / "state"
+    spec = ROOT / "examples" / "cluster.toml"
+    try:
+        _ok(_cli("cluster", "up", "--spec", str(spec), cwd=tmp_path, state=state))
+        status = json.loads(_ok(_cli("cluster", "status", "--json", cwd=tmp_path, state=state)))
+        shape = status["shape"]
+        assert shape["spec_name"] == "dgx-a100"
+        assert (shape["executor_gpus"], shape["task_gpu_amount"]) == (1, 0.25)
+        assert (shape["executor_cores"], shape["executors_per_worker"]) == (4, 2)
+        assert any("8 per node" in note for note in shape["notes"])
+        cluster = LocalCluster.running(state)
+        assert cluster is not None
+
+        data = cluster.session(kind="data", app_name="spine-data")
+        try:
+            slots = shape["task_slots"]
+            probe = _rendezvous_probe(str(tmp_path / "probe"), slots)
+            (tmp_path / "probe").mkdir()
+            rdd = data.sparkContext.parallelize(range(slots), slots)
+            got = rdd.mapPartitionsWithIndex(probe).collect()
+        finally:
+            data.stop()
+        assert all(seen == slots for _, _, seen in got), "data tasks did not all run at once"
+        per_gpu: dict[str, int] = {}
+        for _, addresses, _ in got:
+            assert len(addresses) == 1
+            per_gpu[addresses[0]] = per_gpu.get(addresses[0], 0) + 1
+        assert sorted(per_gpu.values()) == [4, 4, 4, 4]  # 4 tasks per simulated GPU
+
+        ranks = tmp_path / "ranks"
+        ranks.mkdir()
+        training = cluster.session(kind="training", app_name="spine-train")
+        try:
+            run(_gpu_of_each_rank, str(ranks), num_processes=4, spark=training)
+        finally:
+            training.stop()
+        gpus = [(ranks / str(r)).read_text() for r in range(4)]
+        assert sorted(gpus) == ["0", "1", "2", "3"]  # one whole GPU per rank
+    finally:
+        _down(tmp_path, state)
+    assert WASTED not in capfd.readouterr().err
