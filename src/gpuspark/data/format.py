@@ -53,7 +53,13 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import (
+    CorruptRecordError,
+    DatasetExistsError,
+    GpusparkError,
+    NotADatasetError,
+    SampleError,
+)
 
 __all__ = [
     "ARRAY_DTYPES",
@@ -115,39 +121,6 @@ _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class CorruptRecordError(GpusparkError):
-    """A TFRecord record is damaged: bad length, bad CRC or a truncated file.
-
-    Attributes: ``path`` (the shard, or ``None`` for an in-memory buffer), ``record``
-    (0-based record number, or ``None`` if unknown) and ``offset`` (byte offset of the
-    record's start in the shard).
-    """
-
-    def __init__(self, path: str | None, record: int | None, offset: int | None, what: str):
-        self.path, self.record, self.offset, self.what = path, record, offset, what
-        where = f"{path or '<buffer>'}: record {record if record is not None else '?'}"
-        where += f" at byte {offset if offset is not None else '?'}"
-        super().__init__(
-            f"{where}: {what}",
-            remedy="the shard is damaged; rewrite it, or check it with `gpuspark shards verify`",
-        )
-
-
-class NotADatasetError(GpusparkError):
-    """A path is not a committed gpuspark dataset (no ``manifest.json``)."""
-
-
-class DatasetExistsError(GpusparkError):
-    """Writing into a path that already holds a dataset, without ``overwrite=True``."""
-
-
-class SampleError(GpusparkError, ValueError):
-    """A sample dict holds a key or value that the format cannot store."""
 
 
 # --------------------------------------------------------------------------- CRC + framing

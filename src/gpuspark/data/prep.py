@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark.data.sources import QuarantineError
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import PrepError
 
 __all__ = ["PrepError", "PrepResult", "Progress", "prep_dicom", "prep_images", "spark_for_job"]
 
@@ -41,10 +41,6 @@ _IMAGE_DDL = (
     "format string, shape array<int>, width int, height int, path string, reason string, "
     "error_type string"
 )
-
-
-class PrepError(GpusparkError):
-    """A preprocessing job cannot start or finish (bad source, destination or options)."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import LabelsError, QuarantineError
 
 __all__ = [
     "QUARANTINE_SCHEMA",
@@ -36,28 +36,6 @@ __all__ = [
 ]
 
 SPLIT_NAMES = ("train", "val", "test")
-
-
-class QuarantineError(GpusparkError):
-    """An input cannot become a row; ``reason`` says why, ``error_type`` names the cause."""
-
-    def __init__(self, reason: str, error_type: str = "Rejected", *, path: str | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.error_type = error_type
-        self.path = path
-
-    @classmethod
-    def wrap(cls, exc: BaseException, what: str, path: str | None = None) -> QuarantineError:
-        """A quarantine error for an unexpected exception while doing ``what``."""
-        if isinstance(exc, QuarantineError):
-            return exc
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return cls(f"{what}: {text[:300]}", error_type=type(exc).__name__, path=path)
-
-
-class LabelsError(GpusparkError, ValueError):
-    """A labels CSV cannot be used."""
 
 
 @dataclass(frozen=True)
