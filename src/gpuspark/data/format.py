@@ -46,13 +46,13 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, NamedTuple
 
 import numpy as np
 
+from gpuspark import storage
 from gpuspark.errors import (
     CorruptRecordError,
     DatasetExistsError,
@@ -223,34 +223,6 @@ def parse_framed(
 # --------------------------------------------------------------------------- file access
 
 
-def _is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
-def _local(path: str | os.PathLike[str]) -> str:
-    path = os.fspath(path)
-    return path[len("file://") :] if path.startswith("file://") else path
-
-
-def _open(path: str | os.PathLike[str], mode: str = "rb") -> IO[Any]:
-    """Open a local path or an fsspec URL."""
-    path = os.fspath(path)
-    if _is_url(path):
-        import fsspec
-
-        return fsspec.open(path, mode).open()
-    return open(_local(path), mode)
-
-
-def _join(base: str, rel: str) -> str:
-    return f"{base.rstrip('/')}/{rel}" if _is_url(base) else os.path.join(_local(base), rel)
-
-
-def _name_of(fileobj: Any) -> str | None:
-    name = getattr(fileobj, "name", None)
-    return name if isinstance(name, str) else getattr(fileobj, "path", None)
-
-
 def iter_records(
     path_or_fileobj: str | os.PathLike[str] | IO[bytes], verify: bool = True
 ) -> Iterator[bytes]:
@@ -260,10 +232,10 @@ def iter_records(
     CRC, a bad payload CRC (with ``verify=True``) or a truncated file.
     """
     if isinstance(path_or_fileobj, (str, os.PathLike)):
-        with _open(path_or_fileobj) as f:
+        with storage.open_file(path_or_fileobj) as f:
             yield from _iter_fileobj(f, verify, os.fspath(path_or_fileobj))
     else:
-        yield from _iter_fileobj(path_or_fileobj, verify, _name_of(path_or_fileobj))
+        yield from _iter_fileobj(path_or_fileobj, verify, storage.display_name(path_or_fileobj))
 
 
 def _iter_fileobj(f: IO[bytes], verify: bool, path: str | None) -> Iterator[bytes]:
@@ -303,12 +275,12 @@ def read_record(
     :func:`read_index`. ``path``/``record`` label errors when a file object is passed.
     """
     if isinstance(fileobj_or_path, (str, os.PathLike)):
-        with _open(fileobj_or_path) as f:
+        with storage.open_file(fileobj_or_path) as f:
             return read_record(
                 f, offset, length, verify=verify, path=os.fspath(fileobj_or_path), record=record
             )
     f = fileobj_or_path
-    path = path or _name_of(f)
+    path = path or storage.display_name(f)
     f.seek(offset)
     buf = f.read(length)
     if len(buf) < length:
@@ -321,14 +293,18 @@ def read_record(
 def read_index(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> np.ndarray:
     """Read a DALI ``tfrecord2idx`` index: an ``(N, 2)`` int64 array of (offset, length)."""
     if isinstance(path_or_fileobj, (str, os.PathLike)):
-        with _open(path_or_fileobj) as f:
+        with storage.open_file(path_or_fileobj) as f:
             text = f.read()
     else:
         text = path_or_fileobj.read()
     try:
         values = np.array(text.split(), dtype=np.int64)
     except ValueError as exc:
-        name = path_or_fileobj if isinstance(path_or_fileobj, str) else _name_of(path_or_fileobj)
+        name = (
+            path_or_fileobj
+            if isinstance(path_or_fileobj, str)
+            else storage.display_name(path_or_fileobj)
+        )
         raise GpusparkError(
             f"index {name}: not an 'offset length' text index ({exc})",
             remedy="rebuild it with `gpuspark shards verify` or rewrite the dataset",
@@ -341,7 +317,7 @@ def read_index(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> np.ndarra
 def write_index(path: str | os.PathLike[str], entries: np.ndarray | list[tuple[int, int]]) -> None:
     """Write ``(offset, length)`` pairs as a DALI index file, atomically."""
     text = "".join(f"{int(o)} {int(n)}\n" for o, n in entries)
-    _atomic_write(os.fspath(path), text.encode())
+    storage.atomic_write_bytes(path, text.encode())
 
 
 def file_hash(path: str | os.PathLike[str]) -> str:
@@ -349,7 +325,7 @@ def file_hash(path: str | os.PathLike[str]) -> str:
     import xxhash
 
     h = xxhash.xxh3_128()
-    with _open(path) as f:
+    with storage.open_file(path) as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     return f"xxh3_128:{h.hexdigest()}"
@@ -361,7 +337,7 @@ def _hash_matches(path: str, expected: str) -> tuple[bool, str]:
         import hashlib
 
         h = hashlib.sha256()
-        with _open(path) as f:
+        with storage.open_file(path) as f:
             while chunk := f.read(1 << 22):
                 h.update(chunk)
         actual = f"sha256:{h.hexdigest()}"
@@ -695,10 +671,6 @@ class Manifest:
         return [s.records for s in self.shards]
 
 
-def _manifest_url(dataset: str) -> str:
-    return dataset if dataset.rstrip("/").endswith(MANIFEST_NAME) else _join(dataset, MANIFEST_NAME)
-
-
 def dataset_root(dataset_path_or_url: str | os.PathLike[str]) -> str:
     """The dataset directory of a dataset path or of its ``manifest.json`` path."""
     path = os.fspath(dataset_path_or_url).rstrip("/")
@@ -713,12 +685,12 @@ def load_manifest(dataset_path_or_url: str | os.PathLike[str]) -> Manifest:
     Raises :class:`NotADatasetError` when there is no committed ``manifest.json``.
     """
     root = dataset_root(dataset_path_or_url)
-    url = _join(root, MANIFEST_NAME)
+    url = storage.join(root, MANIFEST_NAME)
     try:
-        with _open(url) as f:
+        with storage.open_file(url) as f:
             text = f.read()
     except (FileNotFoundError, NotADirectoryError):
-        what = "does not exist" if not _exists(root) else f"has no {MANIFEST_NAME}"
+        what = "does not exist" if not storage.exists(root) else f"has no {MANIFEST_NAME}"
         raise NotADatasetError(
             f"{root} is not a gpuspark dataset: it {what} (a dataset is visible only once its "
             "manifest is committed, last)",
@@ -740,42 +712,9 @@ def load_manifest(dataset_path_or_url: str | os.PathLike[str]) -> Manifest:
     return manifest
 
 
-def _exists(path: str) -> bool:
-    if _is_url(path):
-        import fsspec
-
-        fs, p = fsspec.core.url_to_fs(path)
-        return bool(fs.exists(p))
-    return os.path.exists(_local(path))
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory + ``os.replace``."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="." + os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with _suppress_oserror():
-            os.unlink(tmp)
-        raise
-
-
-class _suppress_oserror:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
-        return et is not None and issubclass(et, OSError)
-
-
 def write_manifest(dataset_path: str | os.PathLike[str], manifest: Manifest) -> None:
     """Commit ``manifest.json`` atomically (temp file + rename): the dataset becomes visible."""
-    _atomic_write(os.path.join(_local(dataset_path), MANIFEST_NAME), manifest.to_json().encode())
+    storage.atomic_write_text(storage.join(dataset_path, MANIFEST_NAME), manifest.to_json())
 
 
 # --------------------------------------------------------------------------- inspect / verify
@@ -841,8 +780,8 @@ def verify_dataset(dataset_path_or_url: str | os.PathLike[str]) -> list[Problem]
 
 
 def _verify_shard(root: str, shard: ShardInfo, manifest: Manifest) -> list[Problem]:
-    path = _join(root, shard.path)
-    if not _exists(path):
+    path = storage.join(root, shard.path)
+    if not storage.exists(path):
         return [Problem(shard.path, None, None, "shard file is missing")]
     problems: list[Problem] = []
     ok, actual = _hash_matches(path, shard.hash)
@@ -850,7 +789,7 @@ def _verify_shard(root: str, shard: ShardInfo, manifest: Manifest) -> list[Probl
         problems.append(Problem(shard.path, None, None, f"hash {actual} != manifest {shard.hash}"))
     entries, scan_problems = _scan(path, shard.path, manifest)
     problems.extend(scan_problems)
-    size = _size(path)
+    size = storage.file_size(path)
     if size != shard.bytes:
         problems.append(Problem(shard.path, None, None, f"size {size} != manifest {shard.bytes}"))
     if not scan_problems and len(entries) != shard.records:
@@ -861,21 +800,12 @@ def _verify_shard(root: str, shard: ShardInfo, manifest: Manifest) -> list[Probl
     return problems
 
 
-def _size(path: str) -> int:
-    if _is_url(path):
-        import fsspec
-
-        fs, p = fsspec.core.url_to_fs(path)
-        return int(fs.size(p))
-    return os.path.getsize(_local(path))
-
-
 def _scan(path: str, rel: str, manifest: Manifest) -> tuple[list[tuple[int, int]], list[Problem]]:
     """Read every record; return (offset, length) entries and the first problem, if any."""
     entries: list[tuple[int, int]] = []
     offset = 0
     try:
-        with _open(path) as f:
+        with storage.open_file(path) as f:
             for i, payload in enumerate(_iter_fileobj(f, True, rel)):
                 n = HEADER_BYTES + len(payload) + FOOTER_BYTES
                 entries.append((offset, n))
@@ -892,8 +822,8 @@ def _scan(path: str, rel: str, manifest: Manifest) -> tuple[list[tuple[int, int]
 def _verify_index(
     root: str, shard: ShardInfo, entries: list[tuple[int, int]], complete: bool
 ) -> list[Problem]:
-    index_path = _join(root, shard.index)
-    if not _exists(index_path):
+    index_path = storage.join(root, shard.index)
+    if not storage.exists(index_path):
         return [Problem(shard.index, None, None, "index file is missing")]
     try:
         index = read_index(index_path)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuspark import storage
 from gpuspark.errors import LabelsError, QuarantineError
 
 __all__ = [
@@ -57,23 +58,16 @@ QUARANTINE_SCHEMA = "path string, series_uid string, reason string, error_type s
 
 
 def local_path(uri: str) -> str:
-    """The local file path of a ``file:`` URI or a plain path; other URIs are returned as is."""
-    from urllib.parse import unquote, urlparse
+    """The local file path of a ``file:`` URI or a plain path; other URIs are returned as is.
 
-    if uri.startswith("file:"):
-        return unquote(urlparse(uri).path)
-    return uri
+    The rule is :func:`gpuspark.storage.local_path`'s; this variant passes remote URLs through.
+    """
+    return uri if storage.is_url(uri) else storage.local_path(uri)
 
 
 def read_bytes(uri: str) -> bytes:
     """All bytes of a local path, ``file:`` URI or any fsspec URL (``s3://``, ``hdfs://``)."""
-    path = local_path(uri)
-    if "://" not in path:
-        with open(path, "rb") as f:
-            return f.read()
-    import fsspec
-
-    with fsspec.open(path, "rb") as f:
+    with storage.open_file(uri) as f:
         data: bytes = f.read()
         return data
 
