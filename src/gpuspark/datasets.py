@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import DatasetExistsError
 
 __all__ = [
     "CohortSummary",
@@ -45,10 +45,6 @@ BONE_HU = 700
 MARROW_HU = 250
 LESION_DELTA_HU = 60
 NOISE_HU = 8.0
-
-
-class DatasetExistsError(GpusparkError, FileExistsError):
-    """The destination of a generated data set already holds files."""
 
 
 @dataclass(frozen=True)

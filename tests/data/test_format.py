@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuspark.data import format as fmt
-from gpuspark.data.format import CorruptRecordError, EncodedImage, NotADatasetError
+from gpuspark.data.format import CorruptRecordError, EncodedImage, NotADatasetError, tfrecord
 from gpuspark.data.write import ShardWriter
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tfrecord"
@@ -47,9 +47,9 @@ def test_masked_crc32c_same_without_the_fast_crc_package(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_crc32c)
-    monkeypatch.setattr(fmt, "_crc32c", None)
+    monkeypatch.setattr(tfrecord, "_crc32c", None)
     assert fmt.masked_crc32c(memoryview(data)) == fast == fmt.masked_crc32c(bytearray(data))
-    monkeypatch.setattr(fmt, "_crc32c", None)  # the next caller picks the fast one again
+    monkeypatch.setattr(tfrecord, "_crc32c", None)  # the next caller picks the fast one again
 
 
 def test_frame_layout_and_parse():

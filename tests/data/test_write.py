@@ -42,6 +42,25 @@ def test_rolls_shards_by_size_and_writes_index(tmp_path: Path):
     assert fmt.MANIFEST_NAME in names and len(names) == 2 * len(m.shards) + 1
 
 
+def test_written_files_follow_the_umask(tmp_path: Path):
+    """manifest.json and the indexes are written atomically, yet readable like any file."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        with ShardWriter(tmp_path / "ds", target_shard_bytes=1000) as w:
+            for i in range(10):
+                w.write(_sample(i))
+    finally:
+        os.umask(old)
+    files = [tmp_path / "ds" / fmt.MANIFEST_NAME] + [
+        tmp_path / "ds" / s.index for s in w.manifest.shards
+    ]
+    assert len(files) > 2
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o644 for f in files}
+
+
 def test_splits_and_extra(tmp_path: Path):
     with ShardWriter(tmp_path / "ds", extra={"labels": ["a", "b"]}) as w:
         for i in range(10):

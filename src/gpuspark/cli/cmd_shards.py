@@ -7,15 +7,11 @@ from typing import Annotated
 import typer
 
 from gpuspark.cli._common import JsonOpt, echo, print_json, print_table
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import VerifyFailed
 
 PathArg = Annotated[
     str, typer.Argument(help="Dataset directory (or fsspec URL) with a manifest.json.")
 ]
-
-
-class VerifyFailed(GpusparkError):
-    """``shards verify`` found problems (they are listed above the error line); exit code 1."""
 
 
 def register(app: typer.Typer) -> None:

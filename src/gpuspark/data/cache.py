@@ -21,17 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import CacheError
 
 __all__ = ["CacheError", "CacheStats", "ShardCache"]
 
 _LOCK_SUFFIX = ".lock"
 _TMP_MARK = ".tmp-"
 _EVICT_LOCK = ".evict.lock"
-
-
-class CacheError(GpusparkError):
-    """The node-local cache directory cannot be used or a remote file cannot be fetched."""
 
 
 @dataclass

@@ -25,7 +25,7 @@ from gpuspark.data.sources import (
     local_path,
     read_bytes,
 )
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import WindowError
 
 __all__ = [
     "WINDOW_PRESETS",
@@ -87,10 +87,6 @@ def parse_window(spec: str | tuple[float, float] | Window | None) -> Window:
     if width <= 0:
         raise WindowError(f"window width must be > 0, got: {width}")
     return Window(f"{level:g},{width:g}", float(level), float(width))
-
-
-class WindowError(GpusparkError, ValueError):
-    """A window specification cannot be parsed."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from gpuspark.data.format import _is_url
+from gpuspark.storage import filesystem, is_url
 
 __all__ = ["Unit", "deal", "plan_units", "walk_unit"]
 
@@ -30,13 +30,6 @@ LOCAL_BUDGET = 100_000
 """Entries the driver may list on a local file system (one ``scandir`` each, microseconds):
 below it a tree is listed to the files, so tasks get even shares of files rather than
 directories of unknown size. Remote stores (one request per directory) get ``want`` only."""
-
-
-def _filesystem(url: str) -> tuple[Any, str]:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path
 
 
 def _size(entry: os.DirEntry[str]) -> int:
@@ -72,8 +65,8 @@ def plan_units(src: str, want: int, max_depth: int = MAX_DEPTH) -> list[Unit]:
     """Units covering every file below ``src`` exactly once: expand directories level by
     level (at most ``max_depth`` levels) until there are at least ``want`` units and, on a
     local file system, while fewer than ``LOCAL_BUDGET`` entries have been listed."""
-    remote = _is_url(src)
-    fs, root = _filesystem(src) if remote else (None, src)
+    remote = is_url(src)
+    fs, root = filesystem(src) if remote else (None, src)
     budget = 0 if remote else LOCAL_BUDGET
     dirs: list[Unit] = [(root, True, 0)]
     files: list[Unit] = []
@@ -89,7 +82,7 @@ def plan_units(src: str, want: int, max_depth: int = MAX_DEPTH) -> list[Unit]:
         listed += len(deeper) + len(files)
         dirs = deeper
     if fs is not None:
-        dirs = [(d if "://" in d else fs.unstrip_protocol(d), True, 0) for d, _, _ in dirs]
+        dirs = [(d if is_url(d) else fs.unstrip_protocol(d), True, 0) for d, _, _ in dirs]
     return sorted(files) + sorted(dirs)
 
 
@@ -115,7 +108,7 @@ def walk_unit(unit: Unit) -> Iterator[tuple[str, int]]:
     if not is_dir:
         yield path, size
         return
-    if not _is_url(path):
+    if not is_url(path):
         for dirpath, dirnames, names in os.walk(path, followlinks=False):
             dirnames.sort()
             for name in sorted(names):
@@ -125,6 +118,6 @@ def walk_unit(unit: Unit) -> Iterator[tuple[str, int]]:
                 except OSError:  # vanished or a dangling link: the reader quarantines it
                     yield full, -1
         return
-    fs, root = _filesystem(path)
+    fs, root = filesystem(path)
     for name, info in sorted(fs.find(root, detail=True).items()):
         yield fs.unstrip_protocol(name), int(info.get("size") or 0)

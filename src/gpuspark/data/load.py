@@ -49,7 +49,7 @@ from gpuspark.data import format as fmt
 from gpuspark.data.cache import ShardCache
 from gpuspark.data.decode import ImageDecode, decode_example_views, make_decoder
 from gpuspark.data.world import World
-from gpuspark.errors import GpusparkError, did_you_mean
+from gpuspark.errors import LoaderError, did_you_mean
 
 __all__ = [
     "EpochPlan",
@@ -65,10 +65,6 @@ DEFAULT_SHUFFLE_WINDOW = 8192
 _MIN_OPEN_SHARDS = 8
 _MAX_OPEN_SHARDS = 256  # file descriptors
 _ON_ERROR = ("raise", "skip")
-
-
-class LoaderError(GpusparkError):
-    """A dataset cannot be read as asked (bad split, world larger than the data, bad state)."""
 
 
 # --------------------------------------------------------------------------- epoch arithmetic

@@ -26,7 +26,7 @@ from typing import Any
 
 from gpuspark.cluster.session import JobKind, job_session
 from gpuspark.data.sources import QuarantineError
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import PrepError
 
 __all__ = ["PrepError", "PrepResult", "Progress", "prep_dicom", "prep_images"]
 
@@ -42,10 +42,6 @@ _IMAGE_DDL = (
     "format string, shape array<int>, width int, height int, path string, reason string, "
     "error_type string"
 )
-
-
-class PrepError(GpusparkError):
-    """A preprocessing job cannot start or finish (bad source, destination or options)."""
 
 
 @dataclass

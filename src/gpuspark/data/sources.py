@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuspark.errors import GpusparkError
+from gpuspark import storage
+from gpuspark.errors import LabelsError, QuarantineError
 
 __all__ = [
     "QUARANTINE_SCHEMA",
@@ -36,28 +37,6 @@ __all__ = [
 ]
 
 SPLIT_NAMES = ("train", "val", "test")
-
-
-class QuarantineError(GpusparkError):
-    """An input cannot become a row; ``reason`` says why, ``error_type`` names the cause."""
-
-    def __init__(self, reason: str, error_type: str = "Rejected", *, path: str | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.error_type = error_type
-        self.path = path
-
-    @classmethod
-    def wrap(cls, exc: BaseException, what: str, path: str | None = None) -> QuarantineError:
-        """A quarantine error for an unexpected exception while doing ``what``."""
-        if isinstance(exc, QuarantineError):
-            return exc
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return cls(f"{what}: {text[:300]}", error_type=type(exc).__name__, path=path)
-
-
-class LabelsError(GpusparkError, ValueError):
-    """A labels CSV cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -79,23 +58,16 @@ QUARANTINE_SCHEMA = "path string, series_uid string, reason string, error_type s
 
 
 def local_path(uri: str) -> str:
-    """The local file path of a ``file:`` URI or a plain path; other URIs are returned as is."""
-    from urllib.parse import unquote, urlparse
+    """The local file path of a ``file:`` URI or a plain path; other URIs are returned as is.
 
-    if uri.startswith("file:"):
-        return unquote(urlparse(uri).path)
-    return uri
+    The rule is :func:`gpuspark.storage.local_path`'s; this variant passes remote URLs through.
+    """
+    return uri if storage.is_url(uri) else storage.local_path(uri)
 
 
 def read_bytes(uri: str) -> bytes:
     """All bytes of a local path, ``file:`` URI or any fsspec URL (``s3://``, ``hdfs://``)."""
-    path = local_path(uri)
-    if "://" not in path:
-        with open(path, "rb") as f:
-            return f.read()
-    import fsspec
-
-    with fsspec.open(path, "rb") as f:
+    with storage.open_file(uri) as f:
         data: bytes = f.read()
         return data
 

@@ -112,14 +112,14 @@ class _SchemaAccumulator:
         for key, value in sample.items():
             if value is None:
                 continue
-            spec = fmt._value_spec(key, value)
+            spec = fmt.value_spec(key, value)
             cur = self.schema.get(key)
             if cur is None:
                 self.schema[key] = {**spec, "count": 1}
             elif self._last.get(key) == spec:
                 cur["count"] += 1
             else:
-                self.schema[key] = fmt._merge_spec(cur, {**spec, "count": 1})
+                self.schema[key] = fmt.merge_spec(cur, {**spec, "count": 1})
             self._last[key] = spec
 
 
@@ -293,7 +293,7 @@ class ShardWriter:
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         if compression not in fmt.CODECS:
-            raise fmt._bad_codec(compression)
+            raise fmt.unknown_codec_error(compression)
         if target_shard_bytes <= 0:
             raise GpusparkError(f"target_shard_bytes must be > 0, got {target_shard_bytes}")
         self.root = os.path.abspath(os.fspath(path))
@@ -681,7 +681,7 @@ def write_dataframe(
     file-system path that the executors can reach.
     """
     if compression not in fmt.CODECS:
-        raise fmt._bad_codec(compression)
+        raise fmt.unknown_codec_error(compression)
     if world_size is not None and world_size <= 0:
         raise GpusparkError(f"world_size must be > 0, got {world_size}")
     if split_col is not None and split_col not in df.columns:
@@ -828,7 +828,7 @@ def write_partitions(
     from pyspark.sql import functions as F
 
     if compression not in fmt.CODECS:
-        raise fmt._bad_codec(compression)
+        raise fmt.unknown_codec_error(compression)
     for name in {s for s in splits if s is not None}:
         _check_split_name(name)
     with _staging(path, overwrite) as (root, staging, wid, old):

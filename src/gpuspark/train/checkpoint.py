@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import CheckpointError
 
 __all__ = [
     "CheckpointError",
@@ -31,10 +31,6 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^step-(\d{9})\.pt$")
-
-
-class CheckpointError(GpusparkError):
-    """A checkpoint cannot be written or read."""
 
 
 @dataclass

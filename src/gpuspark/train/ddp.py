@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.errors import GpusparkError, did_you_mean
+from gpuspark.errors import DDPError, did_you_mean
 
 if TYPE_CHECKING:
     import torch
@@ -52,10 +52,6 @@ __all__ = [
 
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 AMP_DTYPES = ("bf16", "fp16")
-
-
-class DDPError(GpusparkError, ValueError):
-    """A DDP option is invalid or not supported by the backend in use."""
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuspark.errors import GpusparkError, did_you_mean
+from gpuspark.errors import RecipeError, did_you_mean
 
 __all__ = [
     "RECIPES",
@@ -37,10 +37,6 @@ __all__ = [
 
 RECIPES = ("resnet3d", "resnet2d")
 _DEPTHS = (10, 18, 34, 50)
-
-
-class RecipeError(GpusparkError, ValueError):
-    """A recipe name or option is invalid."""
 
 
 @dataclass

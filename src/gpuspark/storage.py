@@ -1,0 +1,181 @@
+"""The one rule for local paths vs fsspec URLs: test, join, open, list and write atomically.
+
+A path is a **URL** when it starts with ``scheme://`` (optionally after fsspec chaining such as
+``simplecache::``) and the scheme has two or more characters, so a Windows drive letter
+(``C://data``) is a path. ``file:`` URLs name local files: :func:`local_path` turns
+``file:///data/x``, ``file://localhost/data/x`` and Spark's ``file:/data/x`` into
+``/data/x``. Local paths go to the standard library; URLs go to fsspec, imported only when
+one is met. Nothing else in gpuspark decides what is local.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from typing import IO, Any
+
+from gpuspark.errors import GpusparkError
+
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "display_name",
+    "exists",
+    "file_size",
+    "filesystem",
+    "is_url",
+    "join",
+    "list_dir",
+    "local_path",
+    "open_file",
+]
+
+PathLike = str | os.PathLike[str]
+
+_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]+::)*[A-Za-z][A-Za-z0-9+.-]+://")
+_FILE = "file:"
+_TMP_PREFIX = ".tmp-"  # the data writers treat names starting with this as leftovers
+
+
+def is_url(path: PathLike) -> bool:
+    """True for a remote (fsspec) URL such as ``s3://b/k`` or ``memory://x``; False for a
+    plain path, a ``file:`` URL or a Windows drive (``C:\\x``, ``C://x``)."""
+    text = os.fspath(path)
+    return bool(_URL.match(text)) and not text.startswith(_FILE)
+
+
+def local_path(uri: PathLike) -> str:
+    """The local file path of a plain path or a ``file:`` URL (percent-escapes decoded).
+
+    Raises :class:`~gpuspark.errors.GpusparkError` for a remote URL, which has no local path.
+    """
+    from urllib.parse import unquote
+
+    text = os.fspath(uri)
+    if is_url(text):
+        raise GpusparkError(
+            f"{text} is a remote URL, not a local path",
+            remedy="use a local directory or a file:// URL here",
+        )
+    if not text.startswith(_FILE):
+        return text
+    rest = text[len(_FILE) :]
+    if rest.startswith("//"):
+        rest = rest[2:]
+        if rest.startswith("localhost/"):
+            rest = rest[len("localhost") :]
+    return unquote(rest)
+
+
+def join(base: PathLike, *parts: str) -> str:
+    """``base`` joined with ``parts``: with ``/`` for a URL, ``os.path.join`` for a local
+    path (a ``file:`` URL becomes its local path)."""
+    text = os.fspath(base)
+    if is_url(text):
+        return "/".join([text.rstrip("/"), *parts])
+    return os.path.join(local_path(text), *parts)
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec file system of a URL and the path inside it (``fsspec.core.url_to_fs``)."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path
+
+
+def exists(path: PathLike) -> bool:
+    """Whether a local path or URL exists (file or directory)."""
+    text = os.fspath(path)
+    if is_url(text):
+        fs, inner = filesystem(text)
+        return bool(fs.exists(inner))
+    return os.path.exists(local_path(text))
+
+
+def file_size(path: PathLike) -> int:
+    """Size in bytes of a local file or of the object at a URL."""
+    text = os.fspath(path)
+    if is_url(text):
+        fs, inner = filesystem(text)
+        return int(fs.size(inner))
+    return os.path.getsize(local_path(text))
+
+
+def open_file(path: PathLike, mode: str = "rb") -> IO[Any]:
+    """Open a local path (``open``) or a URL (``fsspec.open``); use it as a context manager."""
+    text = os.fspath(path)
+    if is_url(text):
+        import fsspec
+
+        handle: IO[Any] = fsspec.open(text, mode).open()
+        return handle
+    return open(local_path(text), mode)
+
+
+def list_dir(path: PathLike) -> list[str]:
+    """Full paths (URLs for a URL) of the entries of a directory, sorted."""
+    text = os.fspath(path)
+    if not is_url(text):
+        local = local_path(text)
+        return sorted(os.path.join(local, name) for name in os.listdir(local))
+    fs, inner = filesystem(text)
+    names = [n for n in fs.ls(inner, detail=False) if n.rstrip("/") != inner.rstrip("/")]
+    return sorted(fs.unstrip_protocol(n) for n in names)
+
+
+def display_name(fileobj: Any) -> str | None:
+    """The path or URL an open file came from (``name`` of a local file, ``path`` of an
+    fsspec file), or ``None`` for an in-memory buffer; for error messages."""
+    name = getattr(fileobj, "name", None)
+    return name if isinstance(name, str) else getattr(fileobj, "path", None)
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
+
+    Locally: a temporary file in the same directory, fsync, then ``os.replace``. The file is
+    created with mode ``0o666`` so that the kernel applies the process umask, as for any
+    file (``0644`` under umask ``022``), not the ``0600`` of ``tempfile.mkstemp``. On error
+    the temporary file is removed. A URL is written in one ``pipe_file`` call: object stores
+    make an object visible only once it is complete.
+    """
+    text = os.fspath(path)
+    if is_url(text):
+        fs, inner = filesystem(text)
+        fs.pipe_file(inner, data)
+        return
+    final = local_path(text)
+    tmp = os.path.join(
+        os.path.dirname(os.path.abspath(final)),
+        f"{_TMP_PREFIX}{uuid.uuid4().hex[:12]}.{os.path.basename(final)}",
+    )
+    try:
+        _write_new(tmp, data)
+        os.replace(tmp, final)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def atomic_write_text(path: PathLike, text: str, encoding: str = "utf-8") -> None:
+    """:func:`atomic_write_bytes` of ``text`` encoded with ``encoding``."""
+    atomic_write_bytes(path, text.encode(encoding))
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Create ``path`` (it must not exist; mode 0o666 less the umask), write, fsync."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
