@@ -133,8 +133,8 @@ def _label(path: Path) -> int:
 
 def make_shards(root: Path, files: list[Path], predecode: bool) -> Path:
     """gpuspark dataset of the JPEGs: encoded bytes, or pre-decoded 224x224x3 uint8."""
-    from gpuspark.data.decode import ImageDecode
     from gpuspark.data.format import EncodedImage
+    from gpuspark.data.load import ImageDecode
     from gpuspark.data.write import ShardWriter
 
     stamp = {"n": len(files), "predecode": predecode, "v": 1}
@@ -193,7 +193,7 @@ def make_volumes(root: Path, side: int, n: int) -> tuple[Path, list[Path]]:
 
 def _crop(arr: np.ndarray) -> np.ndarray:
     """gpuspark's resize + center crop (torch SIMD kernel), as in pipeline (2)."""
-    from gpuspark.data.decode import resize_center_crop
+    from gpuspark.data.load import resize_center_crop
 
     return resize_center_crop(arr, SIZE)
 
@@ -273,8 +273,7 @@ def run_loose(files: list[Path], workers: int) -> int:
 
 
 def run_shards(path: Path, workers: int, epoch: int) -> int:
-    from gpuspark.data.decode import ImageDecode
-    from gpuspark.data.load import ShardDataset, World
+    from gpuspark.data.load import ImageDecode, ShardDataset, World
 
     ds = ShardDataset(path, decode=ImageDecode(size=SIZE), world=World(0, 1), seed=epoch)
     return _drain(ds.loader(BATCH, num_workers=workers, pin_memory=False), "image")
@@ -284,7 +283,7 @@ _BYTES: list[bytes] = []
 
 
 def _decode_range(bounds: tuple[int, int]) -> int:
-    from gpuspark.data.decode import decode_image
+    from gpuspark.data.load import decode_image
 
     for data in _BYTES[bounds[0] : bounds[1]]:
         out = _crop(decode_image(data, "jpeg"))
@@ -391,7 +390,7 @@ def timed(fn: Callable[[], float]) -> tuple[float, float]:
 def measure_steps(sample: bytes, repeat: int) -> dict[str, float]:
     """Median ms of each step alone, alternating: JPEG decode with simplejpeg and Pillow,
     resize + center crop with gpuspark's kernel (``_crop``) and Pillow (``_pil_crop``)."""
-    from gpuspark.data.decode import decode_image
+    from gpuspark.data.load import decode_image
 
     image = decode_image(sample, "jpeg")
     steps: dict[str, Callable[[], Any]] = {

@@ -1,4 +1,4 @@
-"""Image decoding, resize / center crop and normalisation (gpuspark.data.decode)."""
+"""Image decoding, resize / center crop and normalisation (gpuspark.data.load.decode)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuspark.data import format as fmt
-from gpuspark.data.decode import (
+from gpuspark.data.load import (
     ImageDecode,
+    ShardDataset,
+    World,
     decode_example_views,
     decode_image,
     make_decoder,
     resize_center_crop,
 )
-from gpuspark.data.load import ShardDataset, World
 from gpuspark.data.write import ShardWriter
 from gpuspark.errors import GpusparkError
 

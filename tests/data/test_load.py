@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpuspark.data import format as fmt
-from gpuspark.data.load import EpochPlan, LoaderError, ShardDataset, World, worker_batches
+from gpuspark.data.load import LoaderError, ShardDataset, World
 from gpuspark.data.write import ShardWriter
 
 
@@ -164,40 +164,6 @@ def test_split_reads_only_its_shards(tmp_path: Path) -> None:
     assert train.samples_per_rank == 20
     with pytest.raises(LoaderError, match="no split 'vall' \\(did you mean 'val'\\?\\)"):
         ShardDataset(path, split="vall")
-
-
-def test_worker_batches_cover_range_once() -> None:
-    got = sorted(r for w in range(3) for r in worker_batches(5, 27, 4, w, 3))
-    assert got == [(b, min(b + 4, 27)) for b in range(5, 27, 4)]
-
-
-def _spearman_vs_storage(plan: EpochPlan) -> tuple[float, float]:
-    shard, record = plan.lookup(np.arange(plan.total))
-    starts = np.concatenate(([0], np.cumsum(plan.counts)))
-    stored = starts[shard] + record
-    assert sorted(stored.tolist()) == list(range(plan.total))  # a permutation
-    rho = float(np.corrcoef(np.arange(plan.total), stored)[0, 1])  # ranks = values here
-    neighbours = float(np.mean(np.abs(np.diff(stored)) == 1))
-    return rho, neighbours
-
-
-def test_shuffle_quality() -> None:
-    # A typical layout: 64 shards of 100 records, a window of 2,048.
-    rhos, neighbours = zip(
-        *(_spearman_vs_storage(EpochPlan((100,) * 64, seed=s, window=2048)) for s in range(10)),
-        strict=True,
-    )
-    assert np.mean(np.abs(rhos)) < 0.2  # measured 0.11
-    assert abs(np.mean(rhos)) < 0.15
-    assert max(neighbours) < 0.01  # consecutive samples are almost never storage neighbours
-    # One shard, window of a few thousand covering it: correlation ~ 0.
-    rho, _ = _spearman_vs_storage(EpochPlan((4000,), seed=1, window=4096))
-    assert abs(rho) < 0.1
-    # Without shuffling the output is the storage order.
-    assert _spearman_vs_storage(EpochPlan((100,) * 64, shuffle=False)) == (
-        pytest.approx(1.0),
-        pytest.approx(1.0, abs=0.001),
-    )
 
 
 # --------------------------------------------------------------------------- corruption

@@ -21,8 +21,7 @@ import numpy as np
 import pytest
 
 from gpuspark.data import format as fmt
-from gpuspark.data.cache import ShardCache
-from gpuspark.data.load import ShardDataset, World
+from gpuspark.data.load import ShardCache, ShardDataset, World
 from gpuspark.data.write import ShardWriter
 
 pytest.importorskip("aiohttp", reason="fsspec's http filesystem needs aiohttp")
@@ -90,7 +89,7 @@ def served(tmp_path: Path) -> Iterator[tuple[Server, fmt.Manifest]]:
 
 _CHILD = """
 import sys, time, os, fsspec
-from gpuspark.data.cache import ShardCache
+from gpuspark.data.load import ShardCache
 from gpuspark.data import format as fmt
 url, cache_dir, go = sys.argv[1:4]
 manifest = fmt.load_manifest(url)

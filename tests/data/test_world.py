@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuspark.data.world import World
+from gpuspark.data.load import World
 
 
 def test_defaults_without_env(monkeypatch: pytest.MonkeyPatch) -> None:

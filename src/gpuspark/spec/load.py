@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["load_spec", "parse_spec"]
 
 
-def load_spec(path: str | Path) -> ClusterSpec:
+def load_spec(path: str | os.PathLike[str]) -> ClusterSpec:
     """Read and validate a cluster spec file; raise :class:`SpecError` with one clear line."""
     path = Path(path)
     try:
@@ -168,10 +169,8 @@ def default_spec() -> ClusterSpec:
     return parse_spec(default_spec_text(), source="<built-in spec>")
 
 
-def resolve_spec(spec: ClusterSpec | str | Path | None = None) -> ClusterSpec:
+def resolve_spec(spec: ClusterSpec | str | os.PathLike[str] | None = None) -> ClusterSpec:
     """``spec`` itself, the file it names, the file ``$GPUSPARK_SPEC`` names, or the default."""
-    import os
-
     if isinstance(spec, ClusterSpec):
         return spec
     path = spec if spec is not None else os.environ.get(SPEC_ENV) or None

@@ -158,7 +158,7 @@ class VolumeDecode:
 
 def decode_image(sample: dict[str, Any]) -> tuple[np.ndarray, int]:
     """Image shard sample -> ``(float32 [C, H, W] in [0, 1], label)`` (JPEG/PNG decoded)."""
-    from gpuspark.data.decode import ImageDecode
+    from gpuspark.data.load import ImageDecode
 
     img = np.asarray(ImageDecode()(sample)["image"])
     if img.ndim == 2:
@@ -188,8 +188,7 @@ def _decoder(name: str, cfg: RecipeConfig) -> Any:
 
 def _eval_dataset(name: str, cfg: RecipeConfig, split: str) -> Any:
     """A split read whole by one process (rank 0): exact metrics, no padding duplicates."""
-    from gpuspark.data.load import ShardDataset
-    from gpuspark.data.world import World
+    from gpuspark.data.load import ShardDataset, World
 
     return ShardDataset(
         cfg.data,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-__all__ = ["World"]
+__all__ = ["World", "in_worker"]
 
 
 def _env_int(name: str, default: int) -> int:
@@ -94,3 +94,10 @@ def _worker() -> tuple[int, int]:
     if info is None:
         return 0, 1
     return info.id, info.num_workers
+
+
+def in_worker() -> bool:
+    """True inside a DataLoader worker process."""
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info() is not None

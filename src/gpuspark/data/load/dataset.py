@@ -1,0 +1,295 @@
+"""``ShardDataset``: a PyTorch ``IterableDataset`` over a gpuspark dataset, built for DDP.
+
+The epoch's order and exact split across ranks and DataLoader workers come from
+:mod:`gpuspark.data.load.plan`; records are read through
+:class:`~gpuspark.data.load.access.OpenShards`. Samples are held only for the batches in
+flight (``prefetch`` per worker, see :class:`~gpuspark.data.load.loader.Loader`).
+
+Resume: :meth:`ShardDataset.state_dict` is ``(epoch, seed, consumed)``; loading it and
+iterating continues at position ``consumed`` of this rank's stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuspark.data import format as fmt
+from gpuspark.data.load.access import OpenShards
+from gpuspark.data.load.cache import ShardCache
+from gpuspark.data.load.decode import ImageDecode, decode_example_views, make_decoder
+from gpuspark.data.load.plan import (
+    DEFAULT_SHUFFLE_WINDOW,
+    EpochPlan,
+    LoaderError,
+    worker_batches,
+)
+from gpuspark.data.load.world import World, in_worker
+from gpuspark.errors import did_you_mean
+
+if TYPE_CHECKING:
+    from gpuspark.data.load.loader import Loader
+
+__all__ = ["ShardDataset", "iterable_base"]
+
+_ON_ERROR = ("raise", "skip")
+
+
+def iterable_base() -> type:
+    """``torch.utils.data.IterableDataset`` (``object`` without torch): the base class of
+    the datasets DataLoader iterates."""
+    try:
+        from torch.utils.data import IterableDataset
+
+        return IterableDataset
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return object
+
+
+class ShardDataset(iterable_base()):  # type: ignore[misc]
+    """A PyTorch ``IterableDataset`` over a committed gpuspark dataset (local path or fsspec
+    URL), split exactly across ranks and DataLoader workers (see
+    :mod:`gpuspark.data.load.plan`).
+
+    ``decode``: ``"auto"`` (default; images to uint8 HWC arrays), ``"raw"``, an
+    :class:`ImageDecode` or a callable on the stored sample dict. ``transform`` runs after it.
+    ``verify_crc`` checks each record's CRC; a bad record raises ``CorruptRecordError``, or
+    with ``on_error="skip"`` is skipped and counted (the batch holding it is one sample
+    smaller; every rank still takes the same number of steps). ``cache_dir`` copies remote
+    shards to node-local disk once (LRU-evicted above ``cache_limit_bytes``). ``split``
+    reads only that split's shards. ``world`` overrides detection (tests, custom launchers).
+    """
+
+    def __init__(
+        self,
+        path_or_url: str | os.PathLike[str],
+        *,
+        decode: str | ImageDecode | Callable[[dict[str, Any]], Any] = "auto",
+        transform: Callable[[Any], Any] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+        verify_crc: bool = True,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit_bytes: int | None = None,
+        on_error: str = "raise",
+        split: str | None = None,
+        shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
+        world: World | None = None,
+    ) -> None:
+        super().__init__()
+        if on_error not in _ON_ERROR:
+            raise ValueError(f"on_error must be one of {_ON_ERROR}, got: {on_error!r}")
+        self.root = fmt.dataset_root(os.fspath(path_or_url))
+        self.manifest = fmt.load_manifest(self.root)
+        self.shards = _select_shards(self.manifest, split, self.root)
+        self.split = split
+        self._decode = make_decoder(decode)
+        self.transform = transform
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.shuffle_window = shuffle_window
+        self.verify_crc, self.on_error = verify_crc, on_error
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.cache_limit_bytes = cache_limit_bytes
+        self._world = world
+        self.epoch = 0
+        self.consumed = 0
+        self.skipped = 0
+        self._resolved: World | None = None
+        self.plan()  # validates sizes against the world now, not in a worker later
+
+    # -- world and plan -------------------------------------------------------------------
+
+    @property
+    def world(self) -> World:
+        """This process's world (workers excluded): as given, else as resolved in the parent
+        when iteration began (inside DataLoader workers), else detected now."""
+        if self._world is not None:
+            return self._world
+        if self._resolved is not None and in_worker():
+            return self._resolved
+        return World.detect().with_worker(0, 1)
+
+    def plan(self, epoch: int | None = None) -> EpochPlan:
+        """The :class:`EpochPlan` of ``epoch`` (default: the current one) for this world."""
+        return EpochPlan(
+            counts=tuple(s.records for s in self.shards),
+            world_size=self.world.world_size,
+            seed=self.seed,
+            epoch=self.epoch if epoch is None else epoch,
+            shuffle=self.shuffle,
+            window=self.shuffle_window,
+            drop_last=self.drop_last,
+        )
+
+    @property
+    def samples_per_rank(self) -> int:
+        """Samples each rank yields per epoch (equal on every rank)."""
+        return self.plan().per_rank
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (its own order). Calling it with the current epoch keeps the
+        position, so resumed code can call it unconditionally at the top of each epoch."""
+        if epoch != self.epoch:
+            self.epoch, self.consumed = epoch, 0
+
+    # -- resume ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Position in the epoch: ``epoch``, ``seed``, ``consumed`` (samples of this rank's
+        stream already delivered) and the world size / totals it refers to."""
+        return {
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "consumed": self.consumed,
+            "world_size": self.world.world_size,
+            "samples_per_rank": self.samples_per_rank,
+            "total_records": self.plan().total,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; the worker count may differ, the world size may not
+        (unless ``consumed`` is 0)."""
+        world_size = int(state.get("world_size", self.world.world_size))
+        consumed = int(state["consumed"])
+        if consumed and world_size != self.world.world_size:
+            raise LoaderError(
+                f"loader state was saved with world size {world_size} at sample {consumed} of "
+                f"the epoch; this run has world size {self.world.world_size}",
+                remedy="resume with the same number of ranks, or from an epoch boundary",
+            )
+        total = state.get("total_records")
+        if total is not None and int(total) != self.plan().total:
+            raise LoaderError(
+                f"loader state refers to a dataset of {total} records; {self.root} has "
+                f"{self.plan().total}",
+                remedy="resume on the same dataset (and split)",
+            )
+        self.seed, self.epoch, self.consumed = int(state["seed"]), int(state["epoch"]), consumed
+
+    def begin_epoch(self) -> None:
+        """Call in the main process when iteration starts (:class:`Loader` and ``__iter__``
+        do): a finished epoch rolls over, and the world is resolved here, where
+        torch.distributed is set up, for the DataLoader workers."""
+        self._resolved = self.world
+        if self.consumed >= self.samples_per_rank:
+            self.epoch, self.consumed = self.epoch + 1, 0
+
+    # -- iteration ------------------------------------------------------------------------
+
+    def prepare(self, sample: dict[str, Any]) -> Any:
+        """One stored sample as iteration yields it: ``decode``, then ``transform``."""
+        if self._decode is not None:
+            sample = self._decode(sample)
+        if self.transform is not None:
+            sample = self.transform(sample)
+        return sample
+
+    def _worker_world(self) -> World:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        return self.world if info is None else self.world.with_worker(info.id, info.num_workers)
+
+    def iter_batches(
+        self, batch_size: int, world: World | None = None
+    ) -> Iterator[tuple[list[Any], dict[str, int]]]:
+        """Yield this reader's batches as ``(samples, counters)`` from the current position
+        (``counters``: ``positions`` covered, ``skipped`` records, cache deltas). ``world``
+        (rank and DataLoader worker) defaults to the detected one."""
+        world = world or self._worker_world()
+        plan = self.plan()
+        start, stop = plan.resume_range(world.rank, self.consumed)
+        reader = _Reader(self)
+        try:
+            for begin, end in worker_batches(
+                start, stop, batch_size, world.worker_id, world.num_workers
+            ):
+                yield reader.batch(plan, begin, end)
+        finally:
+            reader.close()
+
+    def __iter__(self) -> Iterator[Any]:
+        in_process = not in_worker()
+        if in_process:
+            self.begin_epoch()
+        for samples, counters in self.iter_batches(1):
+            if in_process:
+                self.consumed += counters["positions"]
+                self.skipped += counters["skipped"]
+            yield from samples
+
+    def loader(
+        self,
+        batch_size: int,
+        *,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        pin_memory: bool = True,
+        device: Any = None,
+    ) -> Loader:
+        """Batches of torch tensors, prepared ahead of the training loop (see :class:`Loader`)."""
+        from gpuspark.data.load.loader import Loader  # loader.py imports this module
+
+        return Loader(
+            self,
+            batch_size,
+            num_workers=num_workers,
+            prefetch=prefetch,
+            pin_memory=pin_memory,
+            device=device,
+        )
+
+
+def _select_shards(manifest: fmt.Manifest, split: str | None, root: str) -> list[fmt.ShardInfo]:
+    if split is None:
+        return list(manifest.shards)
+    if split not in manifest.splits:
+        names = sorted(manifest.splits)
+        raise LoaderError(
+            f"{root} has no split {split!r}{did_you_mean(split, names)}",
+            remedy=f"use one of {names}" if names else "this dataset has no splits; use split=None",
+        )
+    by_path = {s.path: s for s in manifest.shards}
+    return [by_path[p] for p in manifest.splits[split]]
+
+
+class _Reader:
+    """Reads and decodes the records of one worker."""
+
+    def __init__(self, ds: ShardDataset) -> None:
+        self.ds = ds
+        self.cache = (
+            ShardCache(ds.cache_dir, ds.cache_limit_bytes) if ds.cache_dir is not None else None
+        )
+        self.shards = OpenShards(ds.root, ds.shards, self.cache, ds.shuffle_window)
+        self.codec = ds.manifest.compression
+
+    def sample(self, shard: int, record: int) -> Any:
+        payload = self.shards.payload(shard, record, self.ds.verify_crc)
+        payload = fmt.decompress(payload, self.codec)
+        sample = decode_example_views(payload, self.ds.manifest.schema)  # arrays: no copy
+        return self.ds.prepare(sample)
+
+    def batch(self, plan: EpochPlan, begin: int, end: int) -> tuple[list[Any], dict[str, int]]:
+        before = self.cache.stats.as_dict() if self.cache else {}
+        shards, records = plan.lookup(np.arange(begin, end))
+        samples, skipped = [], 0
+        for s, r in zip(shards.tolist(), records.tolist(), strict=True):
+            try:
+                samples.append(self.sample(s, r))
+            except fmt.CorruptRecordError:
+                if self.ds.on_error == "raise":
+                    raise
+                skipped += 1
+        counters = {"positions": end - begin, "skipped": skipped}
+        if self.cache:
+            after = self.cache.stats.as_dict()
+            counters.update({k: after[k] - before[k] for k in after})
+        return samples, counters
+
+    def close(self) -> None:
+        self.shards.close()

@@ -1,0 +1,337 @@
+"""The prefetching :class:`Loader`: collated torch batches of a :class:`ShardDataset`,
+prepared ahead of the training loop by a background thread or DataLoader workers, and
+copied to a CUDA device on a side stream one batch ahead.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from gpuspark.data import format as fmt
+from gpuspark.data.load.dataset import ShardDataset, iterable_base
+from gpuspark.data.load.plan import LoaderError
+from gpuspark.data.load.world import in_worker
+
+__all__ = ["Loader", "collate"]
+
+_Item = tuple[str, Any, dict[str, int]]
+"""What flows from the readers to the training loop: ``(kind, batch, counters)`` with kind
+``"batch"``, ``"empty"`` (every record skipped) or ``"error"`` (a corrupt record's location).
+"""
+
+
+def collate(samples: list[Any]) -> Any:
+    """Stack samples into torch tensors: arrays -> one stacked tensor (one copy), numbers ->
+    a 1-D tensor, strings/bytes -> a list; dicts, tuples and lists recursively."""
+    import torch
+
+    first = samples[0]
+    if isinstance(first, dict):
+        return {k: collate([s[k] for s in samples]) for k in first}
+    if isinstance(first, (tuple, list)):
+        return type(first)(collate(list(col)) for col in zip(*samples, strict=True))
+    if isinstance(first, np.ndarray):
+        batch = _batch_tensor((len(samples), *first.shape), first.dtype)
+        out = batch.numpy()
+        for i, s in enumerate(samples):
+            out[i] = s
+        return batch
+    if isinstance(first, torch.Tensor):
+        return torch.stack(samples)
+    if isinstance(first, (bool, int, float, np.number, np.bool_)):
+        return torch.as_tensor(np.asarray(samples))
+    return list(samples)
+
+
+def _batch_tensor(shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """An empty batch tensor; in a DataLoader worker it lives in shared memory from the start,
+    so handing it to the main process does not copy it again (as torch's default_collate)."""
+    import torch
+
+    if not in_worker():  # numpy's allocator: large arrays get transparent huge pages
+        return torch.from_numpy(np.empty(shape, dtype=dtype))
+    tdtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    numel = int(np.prod(shape))
+    storage = torch.empty(0, dtype=tdtype)._typed_storage()._new_shared(numel)
+    return torch.empty(0, dtype=tdtype).set_(storage).view(shape)
+
+
+class _BatchSource(iterable_base()):  # type: ignore[misc]
+    """What DataLoader workers iterate: whole collated batches of the dataset."""
+
+    def __init__(self, ds: ShardDataset, batch_size: int) -> None:
+        super().__init__()
+        self.ds, self.batch_size = ds, batch_size
+
+    def __iter__(self) -> Iterator[_Item]:
+        try:
+            for samples, counters in self.ds.iter_batches(self.batch_size):
+                yield _finish(samples, counters)
+        except fmt.CorruptRecordError as exc:  # DataLoader cannot re-raise it as itself
+            yield "error", (exc.path, exc.record, exc.offset, exc.what), {}
+
+
+def _finish(samples: list[Any], counters: dict[str, int]) -> _Item:
+    if not samples:
+        return "empty", None, counters
+    return "batch", collate(samples), counters
+
+
+class Loader:
+    """Iterates batches of a :class:`ShardDataset` while the next ones are being prepared.
+
+    ``num_workers=0``: one background thread reads and decodes ``prefetch`` batches ahead
+    (decoders and copies release the GIL). ``num_workers>0``: DataLoader worker processes,
+    ``prefetch`` batches each. With a CUDA ``device`` batches are pinned (``pin_memory``)
+    and copied on a side stream with ``non_blocking=True`` one batch ahead; other devices get
+    a plain ``.to(device)``. ``wait_times`` holds, per batch, the seconds the training loop
+    waited for it; :meth:`stats` sums them up with the cache and corruption counters.
+    """
+
+    def __init__(
+        self,
+        dataset: ShardDataset,
+        batch_size: int,
+        *,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        pin_memory: bool = True,
+        device: Any = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got: {batch_size}")
+        if num_workers < 0 or prefetch < 1:
+            raise ValueError(
+                f"need num_workers >= 0 and prefetch >= 1, got: {num_workers}, {prefetch}"
+            )
+        self.dataset = dataset
+        self.batch_size, self.num_workers, self.prefetch = batch_size, num_workers, prefetch
+        self.device = _device(device)
+        self.cuda = self.device is not None and self.device.type == "cuda"
+        self.pin_memory = pin_memory and self.cuda
+        self.wait_times: list[float] = []
+        self._counts = {"batches": 0, "samples": 0, "skipped_corrupt": 0}
+        self._cache: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        """Batches left in the current epoch of this rank."""
+        ds = self.dataset
+        left = ds.samples_per_rank - ds.consumed
+        left = ds.samples_per_rank if left <= 0 else left
+        return -(-left // self.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's resume state (see :meth:`ShardDataset.state_dict`)."""
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the dataset's position."""
+        self.dataset.load_state_dict(state)
+
+    def stats(self) -> dict[str, float | int]:
+        """Totals since this loader was made: batches, samples, wait seconds, cache hits /
+        misses / bytes fetched, corrupt records skipped."""
+        out: dict[str, float | int] = dict(self._counts)
+        out["wait_s"] = float(sum(self.wait_times))
+        for key in ("cache_hits", "cache_misses", "cache_bytes_fetched", "cache_evictions"):
+            out[key] = self._cache.get(key, 0)
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        self.dataset.begin_epoch()
+        source = self._source()
+        if self.cuda:
+            source = _cuda_ahead(source, self.device)
+        elif self.device is not None:
+            source = ((k, _to(b, self.device) if k == "batch" else b, c) for k, b, c in source)
+        return self._timed(source)
+
+    def _timed(self, source: Iterator[_Item]) -> Iterator[Any]:
+        try:
+            t0 = time.perf_counter()
+            for kind, batch, counters in source:
+                if kind == "error":
+                    raise fmt.CorruptRecordError(*batch)
+                self._account(counters)
+                if kind == "empty":
+                    raise LoaderError(
+                        "every record of a batch is corrupt (on_error='skip' has nothing to "
+                        "deliver for this step)",
+                        remedy="check the dataset with `gpuspark shards verify`",
+                    )
+                self.wait_times.append(time.perf_counter() - t0)
+                self._counts["batches"] += 1
+                self._counts["samples"] += _batch_len(batch)
+                yield batch
+                t0 = time.perf_counter()
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def _account(self, counters: dict[str, int]) -> None:
+        self.dataset.consumed += counters.get("positions", 0)
+        self.dataset.skipped += counters.get("skipped", 0)
+        self._counts["skipped_corrupt"] += counters.get("skipped", 0)
+        for key, value in counters.items():
+            if key.startswith("cache_"):
+                self._cache[key] = self._cache.get(key, 0) + value
+
+    def _source(self) -> Iterator[_Item]:
+        source = _BatchSource(self.dataset, self.batch_size)
+        if self.num_workers == 0:
+            return _thread_ahead(iter(source), self.prefetch, self.pin_memory)
+        from torch.utils.data import DataLoader
+
+        loader: Any = DataLoader(
+            source,
+            batch_size=None,
+            num_workers=self.num_workers,
+            prefetch_factor=self.prefetch,
+            pin_memory=self.pin_memory,
+            persistent_workers=False,  # each epoch's workers get the current position
+        )
+        return iter(loader)
+
+
+def _batch_len(batch: Any) -> int:
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()))
+    elif isinstance(batch, (tuple, list)) and batch and not isinstance(batch[0], (str, bytes)):
+        batch = batch[0]
+    return len(batch)
+
+
+def _device(device: Any) -> Any:
+    if device is None:
+        return None
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise LoaderError(
+            f"device {device} requested but CUDA is not available",
+            remedy="pass device=None (CPU tensors) or run on a GPU machine",
+        )
+    return device
+
+
+def _to(batch: Any, device: Any, non_blocking: bool = False) -> Any:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: _to(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def _pin(batch: Any) -> Any:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory()
+    if isinstance(batch, dict):
+        return {k: _pin(v) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_pin(v) for v in batch)
+    return batch
+
+
+def _thread_ahead(source: Iterator[_Item], depth: int, pin: bool) -> Iterator[_Item]:
+    """Run ``source`` in a background thread, ``depth`` items ahead of the consumer."""
+    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for kind, batch, counters in source:
+                if pin and kind == "batch":
+                    batch = _pin(batch)
+                if not put((kind, batch, counters)):
+                    return
+            put(done)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(exc)
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="gpuspark-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def _cuda_ahead(source: Iterator[_Item], device: Any) -> Iterator[_Item]:
+    """Copy each batch to ``device`` on a side stream, one batch ahead of the consumer; the
+    consumer's stream waits for the copy and the tensors are recorded on it (so the caching
+    allocator does not reuse their memory early)."""
+    import torch
+
+    stream = torch.cuda.Stream(device=device)
+
+    def ahead(item: _Item) -> _Item:
+        kind, batch, counters = item
+        if kind == "batch":
+            with torch.cuda.stream(stream):
+                batch = _to(batch, device, non_blocking=True)
+        return kind, batch, counters
+
+    pending = None
+    for item in source:
+        nxt = ahead(item)
+        if pending is not None:
+            yield _claim(pending, stream)
+        pending = nxt
+    if pending is not None:
+        yield _claim(pending, stream)
+
+
+def _claim(item: _Item, stream: Any) -> _Item:
+    import torch
+
+    current = torch.cuda.current_stream(stream.device)
+    current.wait_stream(stream)
+    kind, batch, counters = item
+
+    def record(t: Any) -> None:
+        if isinstance(t, torch.Tensor):
+            t.record_stream(current)
+        elif isinstance(t, dict):
+            for v in t.values():
+                record(v)
+        elif isinstance(t, (tuple, list)):
+            for v in t:
+                record(v)
+
+    record(batch)
+    return kind, batch, counters
