@@ -32,7 +32,7 @@ def test_cli_up_status_down_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixt
         rc, out = _cli(capsys, "cluster", "status", "--json", "--state-dir", state)
         info = json.loads(out)
         assert rc == 0
-        assert info["alive_workers"] == 2
+        assert info["alive_workers"] == 2  # --json is ClusterStatus.as_dict()
         assert sorted(info["gpu_addresses"]) == ["0", "1", "2", "3"]
         assert info["gpus_simulated"] is True  # no NVIDIA GPU on the test machines
         rc, out = _cli(capsys, "cluster", "status", "--state-dir", state)

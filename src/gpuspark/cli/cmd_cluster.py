@@ -50,14 +50,14 @@ def up(
 
     running = LocalCluster.running(state_dir)
     if running is not None:
-        _already_running(running.status(), json_out)
+        _already_running(running.status().as_dict(), json_out)
         return
     t0 = time.monotonic()
     cluster = LocalCluster(
         workers, cores, memory, gpus, spec=spec, state_dir=state_dir, timeout=timeout
     )
     cluster.start()
-    status = cluster.status()
+    status = cluster.status().as_dict()
     status["startup_seconds"] = round(time.monotonic() - t0, 2)
     _show(status, json_out, note=f"started in {status['startup_seconds']} s")
 
@@ -80,7 +80,7 @@ def status(state_dir: StateDirOpt = None, json_out: JsonOpt = False) -> None:
     """Show master, workers (alive or dead) and GPU addresses (real or simulated)."""
     from gpuspark.cluster.local import LocalCluster
 
-    info = LocalCluster(state_dir=state_dir).status()
+    info = LocalCluster(state_dir=state_dir).status().as_dict()
     _show(info, json_out)
     if info.get("running") and info["alive_workers"] < len(info["workers"]):
         raise typer.Exit(1)

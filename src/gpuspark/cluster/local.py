@@ -20,18 +20,21 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from gpuspark.cluster.processes import free_port, pid_alive, terminate_groups
 from gpuspark.cluster.shape import EmbeddedShape, embedded_shape
+from gpuspark.cluster.state import ClusterState, ClusterStatus, WorkerState, WorkerStatus
 from gpuspark.errors import ClusterError
 
 __all__ = [
     "ClusterState",
+    "ClusterStatus",
     "LocalCluster",
     "WorkerState",
+    "WorkerStatus",
     "default_state_dir",
     "detect_gpus",
     "spark_home",
@@ -72,42 +75,6 @@ def detect_gpus() -> list[str]:
         return []
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")]
     return [str(i) for i in range(len(lines))]
-
-
-@dataclass
-class WorkerState:
-    """One worker process as started by ``up``."""
-
-    index: int
-    pid: int
-    port: int
-    webui_port: int
-    cores: int
-    memory: str
-    gpus: list[str]
-    log: str
-
-
-@dataclass
-class ClusterState:
-    """What ``up`` wrote to ``cluster.json``: enough for ``status`` and ``down``."""
-
-    master_url: str
-    host: str
-    master_pid: int
-    master_port: int
-    webui_port: int
-    gpus_simulated: bool
-    workers: list[WorkerState] = field(default_factory=list)
-    master_log: str = ""
-    started_at: float = 0.0
-    shape: dict[str, Any] = field(default_factory=dict)
-    """The :class:`~gpuspark.cluster.shape.EmbeddedShape` it was started with."""
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClusterState:
-        workers = [WorkerState(**w) for w in data.pop("workers", [])]
-        return cls(workers=workers, **data)
 
 
 class LocalCluster:
@@ -317,48 +284,45 @@ class LocalCluster:
         except (OSError, ValueError):
             return None
 
-    def status(self) -> dict[str, Any]:
-        """Master, workers (alive or dead, cores, memory, GPU addresses) as plain data."""
+    def status(self) -> ClusterStatus:
+        """Master, workers (alive or dead, cores, memory, GPU addresses) and shape."""
         if self.state is None:
             self.state = self._read_state()
         if self.state is None:
-            return {"running": False, "state_dir": str(self.state_dir), "workers": []}
+            return ClusterStatus(running=False, state_dir=str(self.state_dir))
         info = self.master_json() or {}
         registered = {(w.get("host"), int(w.get("port", 0))): w for w in info.get("workers", [])}
         workers = [self._worker_status(w, registered) for w in self.state.workers]
-        return {
-            "running": pid_alive(self.state.master_pid),
-            "master_url": self.state.master_url,
-            "web_ui": f"http://{self.state.host}:{self.state.webui_port}",
-            "master_pid": self.state.master_pid,
-            "master_alive": bool(info),
-            "gpus_simulated": self.state.gpus_simulated,
-            "gpu_addresses": [a for w in workers for a in w["gpus"]],
-            "alive_workers": sum(w["state"] == "ALIVE" for w in workers),
-            "workers": workers,
-            "state_dir": str(self.state_dir),
-            "active_apps": len(info.get("activeapps", [])),
-            "shape": self.state.shape,
-        }
+        return ClusterStatus(
+            running=pid_alive(self.state.master_pid),
+            state_dir=str(self.state_dir),
+            master_url=self.state.master_url,
+            web_ui=f"http://{self.state.host}:{self.state.webui_port}",
+            master_pid=self.state.master_pid,
+            master_alive=bool(info),
+            gpus_simulated=self.state.gpus_simulated,
+            workers=workers,
+            active_apps=len(info.get("activeapps", [])),
+            shape=self.state.shape,
+        )
 
     def _worker_status(
         self, w: WorkerState, registered: dict[tuple[Any, int], dict[str, Any]]
-    ) -> dict[str, Any]:
+    ) -> WorkerStatus:
         reg = registered.get((self.state.host if self.state else None, w.port), {})
         alive = pid_alive(w.pid)
-        state = reg.get("state", "NOT REGISTERED") if alive else "DEAD"
-        return {
-            "index": w.index,
-            "pid": w.pid,
-            "alive": alive,
-            "state": state,
-            "cores": w.cores,
-            "cores_used": reg.get("coresused", 0),
-            "memory": w.memory,
-            "gpus": w.gpus,
-            "gpus_simulated": bool(self.state and self.state.gpus_simulated),
-            "log": w.log,
-        }
+        return WorkerStatus(
+            index=w.index,
+            pid=w.pid,
+            alive=alive,
+            state=reg.get("state", "NOT REGISTERED") if alive else "DEAD",
+            cores=w.cores,
+            cores_used=int(reg.get("coresused", 0)),
+            memory=w.memory,
+            gpus=w.gpus,
+            gpus_simulated=bool(self.state and self.state.gpus_simulated),
+            log=w.log,
+        )
 
     # -- stop -------------------------------------------------------------------------------
 
