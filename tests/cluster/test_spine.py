@@ -43,6 +43,7 @@ DDP_SCRIPT = textwrap.dedent(
 
 def _cli(*args: str, cwd: Path, state: Path, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "GPUSPARK_STATE_DIR": str(state), "PYSPARK_PYTHON": sys.executable}
+    env["GPUSPARK_LOG_DIR"] = str(state / "driver-logs")
     env.pop("GPUSPARK_SPEC", None)
     cmd = [sys.executable, "-m", "gpuspark.cli.main", *args]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -53,6 +54,16 @@ def _ok(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 0, out
     assert WASTED not in out
     return out
+
+
+def _driver_logs_clean(state: Path, expected: int) -> None:
+    """Every command's full driver log (INFO and up, a file each) is free of the warning."""
+    logs = sorted((state / "driver-logs").glob("driver-*.log"))
+    assert len(logs) == expected, [p.name for p in logs]
+    for log in logs:
+        text = log.read_text()
+        assert " WARN " in text or " INFO " in text  # the file gets Spark's log
+        assert WASTED not in text, log
 
 
 def _down(tmp_path: Path, state: Path) -> None:
@@ -88,6 +99,7 @@ def test_readme_quickstart_sequence_as_written(tmp_path: Path) -> None:
         prep = ("prep", "images", "data/images", "data/img-shards", "--world-size", "2")
         _ok(_cli(*prep, cwd=tmp_path, state=state))
         assert (tmp_path / "data" / "img-shards" / "manifest.json").exists()
+        _driver_logs_clean(state, expected=4)  # 3 launches (training) + 1 prep (data)
     finally:
         down = _cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
     assert down.returncode == 0 and "stopped" in down.stdout
@@ -106,6 +118,8 @@ def test_launch_without_a_cluster_starts_one_and_stops_it(tmp_path: Path) -> Non
             running.stop()
     assert "rank 1 of 2 sum 3" in out
     assert "starting one for this job" in out
+    assert "Spark driver log:" in out
+    _driver_logs_clean(state, expected=1)
     assert running is None  # stopped after the job
     assert not (state / "cluster.json").exists()
 
@@ -131,8 +145,9 @@ def _gpu_of_each_rank(out_dir: str) -> None:
 
 
 def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path,
 ) -> None:
+    from gpuspark.cluster.driver_log import driver_log_file
     from gpuspark.cluster.local import LocalCluster
     from gpuspark.train.launch import run
 
@@ -176,4 +191,5 @@ def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
         assert sorted(gpus) == ["0", "1", "2", "3"]  # one whole GPU per rank
     finally:
         _down(tmp_path, state)
-    assert WASTED not in capfd.readouterr().err
+    own = driver_log_file()  # this test process's driver (the JVM starts once per process)
+    assert not own.exists() or WASTED not in own.read_text()

@@ -63,6 +63,10 @@ def _logging(verbose: bool) -> None:
     handler._gpuspark_cli = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if verbose:  # show Spark's own warnings live too (default: errors only, the rest in a file)
+        from gpuspark.cluster.driver_log import CONSOLE_LEVEL_ENV
+
+        os.environ.setdefault(CONSOLE_LEVEL_ENV, "warn")
 
 
 def _register() -> None:

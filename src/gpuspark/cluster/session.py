@@ -196,6 +196,16 @@ def _check_master(master: str, conf: dict[str, str]) -> None:
         )
 
 
+def _route_driver_log(conf: dict[str, str]) -> None:
+    """Driver log to a file, only errors on the console (see :mod:`.driver_log`)."""
+    from gpuspark.cluster.driver_log import driver_java_options
+
+    key = "spark.driver.extraJavaOptions"
+    options = driver_java_options(conf.get(key))
+    if options is not None:
+        conf[key] = options
+
+
 def check_slots(conf: dict[str, str]) -> None:
     """Refuse an executor shape whose GPU and CPU task slots differ: Spark would warn that it
     "will result in wasted resources" and leave cores or GPU shares idle."""
@@ -258,6 +268,7 @@ def session_plan(
     merged = _kind_conf(merged, JobKind(kind))
     merged.update(_python_conf())
     merged.update({_key(k): _value(v) for k, v in conf.items()})
+    _route_driver_log(merged)
     _check_master(resolved, merged)
     check_slots(merged)
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -293,11 +304,18 @@ def session(
     os.environ.update(plan.env)
     from pyspark.sql import SparkSession
 
+    from gpuspark.cluster.driver_log import write_log_config
+
+    fresh = SparkSession.getActiveSession() is None
+    log_file = write_log_config() if fresh else None
     builder = SparkSession.builder.master(plan.master).appName(plan.app_name)
     for key, value in plan.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("GPUSPARK_SPARK_LOG_LEVEL", "WARN"))
+    if os.environ.get("GPUSPARK_SPARK_LOG_LEVEL"):
+        spark.sparkContext.setLogLevel(os.environ["GPUSPARK_SPARK_LOG_LEVEL"])
+    if log_file is not None and log_file.exists():
+        log.info("Spark driver log: %s", log_file)
     return spark
 
 

@@ -2,12 +2,12 @@
 
 The training loop builds one plain ``dict`` per epoch (see :func:`epoch_metrics`) and hands it
 to :func:`emit`, which calls every registered exporter. An exporter is any callable taking that
-dict; a failing exporter is reported once on stderr and never stops training.
+dict; a failing exporter is logged (``gpuspark.train.metrics`` logger) and never stops training.
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +19,8 @@ __all__ = [
     "format_epoch",
     "register_exporter",
 ]
+
+log = logging.getLogger(__name__)
 
 Exporter = Callable[[dict[str, Any]], None]
 _EXPORTERS: list[Exporter] = []
@@ -37,13 +39,13 @@ def clear_exporters() -> None:
 
 
 def emit(metrics: dict[str, Any]) -> None:
-    """Pass ``metrics`` to every exporter; errors are printed, not raised."""
+    """Pass ``metrics`` to every exporter; errors are logged, not raised."""
     for fn in list(_EXPORTERS):
         try:
             fn(metrics)
         except Exception as exc:  # an exporter must never kill training
             name = getattr(fn, "__name__", repr(fn))
-            print(f"gpuspark: metrics exporter {name} failed: {exc}", file=sys.stderr)
+            log.warning("metrics exporter %s failed: %s", name, exc)
 
 
 def epoch_metrics(
