@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small model and few steps (< 60 s)")
     args = ap.parse_args(argv)
-    from gpuspark.train import launch
+    from gpuspark import launch
 
     if args.quick:
         shape = {"depth": 10, "width": 0.25, "size": 32, "batch": 4, "steps": 4, "reps": 2}

@@ -2,10 +2,10 @@
 
 Side by side in one run, alternating, on the same embedded cluster and session:
 
-* Spark: ``gpuspark.train.run(fn, num_processes=2, spark=spark)`` vs
+* Spark: ``gpuspark.launch.run(fn, num_processes=2, spark=spark)`` vs
   ``pyspark.ml.torch.distributor.TorchDistributor(num_processes=2, local_mode=False,
   use_gpu=False).run(fn)`` (both CPU ranks, gloo);
-* local: ``gpuspark.train.run(fn, num_processes=2, local=True)`` vs
+* local: ``gpuspark.launch.run(fn, num_processes=2, local=True)`` vs
   ``torchrun --standalone --nproc_per_node 2 script.py`` (a subprocess, as a user would run it).
 
 One untimed warm-up run of each first (Spark starts its Python workers), then N timed runs of
@@ -71,7 +71,7 @@ def _alternate(cases: dict[str, Callable[[], Any]], runs: int) -> dict[str, list
 def _spark_cases(spark: Any) -> dict[str, Callable[[], Any]]:
     from pyspark.ml.torch.distributor import TorchDistributor
 
-    from gpuspark.train import run
+    from gpuspark.launch import run
 
     def ours() -> Any:
         return run(init_and_barrier, num_processes=2, gpus_per_process=0, spark=spark)
@@ -84,7 +84,7 @@ def _spark_cases(spark: Any) -> dict[str, Callable[[], Any]]:
 
 
 def _local_cases(script: Path) -> dict[str, Callable[[], Any]]:
-    from gpuspark.train import run
+    from gpuspark.launch import run
 
     def ours() -> Any:
         return run(init_and_barrier, num_processes=2, local=True, gpus_per_process=0)

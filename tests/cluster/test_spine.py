@@ -149,7 +149,7 @@ def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
 ) -> None:
     from gpuspark.cluster.driver_log import driver_log_file
     from gpuspark.cluster.local import LocalCluster
-    from gpuspark.train.launch import run
+    from gpuspark.launch import run
 
     state = tmp_path / "state"
     spec = ROOT / "examples" / "cluster.toml"

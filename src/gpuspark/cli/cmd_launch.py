@@ -46,7 +46,7 @@ def launch(
     json_out: JsonOpt = False,
 ) -> None:
     """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it."""
-    from gpuspark.train.launch import make_request, run_request
+    from gpuspark.launch import make_request, run_request
 
     req = make_request(
         script,

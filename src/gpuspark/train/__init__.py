@@ -1,6 +1,8 @@
-"""Distributed training: launcher, DDP toolkit, checkpoints and recipes.
+"""Distributed training: DDP toolkit, training loop, checkpoints and recipes.
 
-Public names are loaded lazily so ``import gpuspark.train`` does not import torch or pyspark.
+``run`` and ``restart_count`` are the launcher's (:mod:`gpuspark.launch`), kept here for
+training code. Public names are loaded lazily so ``import gpuspark.train`` does not import
+torch or pyspark.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "run": "gpuspark.train.launch",
-    "restart_count": "gpuspark.train.launch",
+    "run": "gpuspark.launch",
+    "restart_count": "gpuspark.launch",
     "prepare": "gpuspark.train.ddp",
     "comm_meter": "gpuspark.train.ddp",
     "fit": "gpuspark.train.loop",

@@ -77,7 +77,7 @@ def _rank() -> tuple[int, int]:
 
 def _restarts() -> int:
     try:
-        from gpuspark.train.launch import restart_count
+        from gpuspark.launch import restart_count
     except ImportError:
         return int(os.environ.get("GPUSPARK_RESTART_COUNT", "0"))
     return int(restart_count())

@@ -474,7 +474,7 @@ def run(
     :func:`gpuspark.cluster.session.job_session`); with ``local=True`` they are plain
     processes of this machine.
     """
-    from gpuspark.train import launch
+    from gpuspark import launch
 
     check_recipe(name)
     kwargs: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""The launcher: request checks (no Spark), local mode, and the real embedded Spark cluster."""
+"""Running ranks (gpuspark.launch.run): local mode, the CLI, the real embedded Spark cluster."""
 
 from __future__ import annotations
 
@@ -14,16 +14,7 @@ import cloudpickle
 import pytest
 
 from gpuspark.errors import LaunchError
-from gpuspark.train import launch
-from gpuspark.train.launch import (
-    ExecutorCapacity,
-    LaunchRequest,
-    check_capacity,
-    check_conf,
-    check_python,
-    restart_count,
-    run,
-)
+from gpuspark.launch import restart_count, run
 
 # Executors cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -148,73 +139,7 @@ def _alive_with(marker: str) -> list[int]:
     return pids
 
 
-# ---------------------------------------------------------------------------- no Spark
-
-
-def _req(**kw: Any) -> LaunchRequest:
-    return LaunchRequest(**{"num_processes": 4, "payload": b"x", **kw})
-
-
-def test_request_rejects_uneven_split_with_remedy() -> None:
-    with pytest.raises(LaunchError) as exc:
-        _req(num_processes=5, processes_per_task=2)
-    assert "num_processes=5 is not a multiple of processes_per_task=2" in str(exc.value)
-    assert "num_processes=4, 6" in str(exc.value)
-
-
-@pytest.mark.parametrize(
-    ("kw", "text"),
-    [
-        ({"gpus_per_process": 0.5}, "whole GPUs"),
-        ({"backend": "ncl"}, "did you mean 'nccl'"),
-        ({"max_attempts": 0}, "max_attempts"),
-        ({"local": True, "processes_per_task": 2}, "local mode"),
-        ({"script": ["a.py"]}, "exactly one"),
-    ],
-)
-def test_request_rejects_bad_values(kw: dict[str, Any], text: str) -> None:
-    with pytest.raises(LaunchError, match=text):
-        _req(**kw)
-
-
-def test_request_materialize_is_a_dry_run() -> None:
-    req = LaunchRequest(
-        num_processes=4, processes_per_task=2, script=["train.py", "--lr", "0.1"], max_restarts=1
-    )
-    text = req.materialize()
-    assert req.num_tasks == 2 and req.gpus_per_task == 2
-    assert "barrier stage: 2 tasks, task resource profile cpus=1 gpu=2" in text
-    assert "torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d" in text
-    assert text.rstrip().endswith("train.py --lr 0.1")
-
-
-def test_check_conf_refuses_dynamic_allocation() -> None:
-    check_conf({"spark.dynamicAllocation.enabled": "false"})
-    with pytest.raises(LaunchError) as exc:
-        check_conf({"spark.dynamicAllocation.enabled": "true"})
-    assert "SPARK-24942" in str(exc.value)
-    assert "spark.dynamicAllocation.enabled=false" in str(exc.value)
-
-
-def test_check_capacity_says_needed_and_available() -> None:
-    cap = ExecutorCapacity(executors=2, cores_per_executor=8, gpus_per_executor=2)
-    check_capacity(4, 1, cap)
-    check_capacity(2, 2, cap)
-    with pytest.raises(LaunchError) as exc:
-        check_capacity(6, 1, cap)
-    assert "needs 6 tasks x 1 GPU = 6 GPUs" in str(exc.value)
-    assert "2 executor(s) x 2 GPUs" in str(exc.value) and "room for 4 tasks" in str(exc.value)
-    busy = ExecutorCapacity(2, 8, 2, running_tasks=4, task_gpu_amount=0.25)
-    with pytest.raises(LaunchError, match="3 GPUs and 12 cores free"):
-        check_capacity(4, 1, busy)
-    with pytest.raises(LaunchError, match="needs 4 GPUs but each executor has 2"):
-        check_capacity(1, 4, cap)
-
-
-def test_check_python_names_both_versions() -> None:
-    check_python((3, 11), {(3, 11)})
-    with pytest.raises(LaunchError, match=r"driver runs Python 3.11 but executors run 3.10"):
-        check_python((3, 11), {(3, 10), (3, 11)})
+# ---------------------------------------------------------------------------- restart count
 
 
 def test_restart_count_counts_restarts_and_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,27 +150,6 @@ def test_restart_count_counts_restarts_and_attempts(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "2")
     monkeypatch.setenv("GPUSPARK_ATTEMPT", "1")
     assert restart_count() == 4
-
-
-def test_result_comes_from_the_task_holding_rank_0() -> None:
-    # after a c10d restart, global rank 0 may live on another task than task 0
-    results = [
-        {"task": 0, "ok": True, "value": None, "rank0": False},
-        {"task": 1, "ok": True, "value": cloudpickle.dumps({"loss": 0.5}), "rank0": True},
-    ]
-    assert launch._value(results) == {"loss": 0.5}
-
-
-def test_root_cause_is_the_earliest_failure_across_tasks() -> None:
-    peer = {
-        "rank": 0,
-        "host": "a",
-        "error": {"type": "RuntimeError", "message": "peer", "time": 9.5},
-    }
-    root = {"rank": 3, "host": "b", "error": {"type": "ValueError", "message": "bad", "time": 9.1}}
-    killed = {"rank": 1, "host": "a", "signal": "SIGKILL", "timestamp": 10}
-    err = launch._result_error([{"failures": [peer, killed]}, {"failures": [root]}], 1)
-    assert str(err).startswith("rank 3 failed on host b: ValueError: bad")
 
 
 # ---------------------------------------------------------------------------- local mode
@@ -306,22 +210,6 @@ def test_cli_launch_runs_plain_ddp_script_locally(tmp_path: Path, capfd: Any) ->
     assert code == 0, text
     assert "[rank 1] ddp rank 1/2 local 1 done" in text
     assert out.read_text().startswith("2 ")
-
-
-def test_cli_launch_dry_run_prints_the_plan(
-    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from gpuspark.cli.main import main
-
-    monkeypatch.chdir(tmp_path)
-    assert main(["launch", "--dry-run", "-n", "2", "t.py"]) == 1
-    assert "script t.py: does not exist" in capsys.readouterr().err  # checked on the driver
-    (tmp_path / "t.py").write_text("print('hi')\n")
-    code = main(["launch", "--dry-run", "-n", "4", "--processes-per-task", "2", "t.py", "--", "-x"])
-    text = capsys.readouterr().out
-    assert code == 0
-    assert "barrier stage: 2 tasks, task resource profile cpus=1 gpu=2" in text
-    assert f"{tmp_path / 't.py'} -x" in text  # absolute: ranks start in other directories
 
 
 def test_cli_launch_reports_failure_in_one_line(tmp_path: Path, capsys: Any) -> None:
@@ -420,20 +308,3 @@ def test_spark_cli_launch_plain_ddp_script(spark: Any, local_cluster: Any, tmp_p
     args = ["launch", "--master", local_cluster.master_url, "-n", "2", str(script)]
     assert main([*args, "--", "--steps", "3", "--out", str(out)]) == 0
     assert out.read_text().startswith("2 ")
-
-
-@pytest.mark.spark
-def test_spark_dynamic_allocation_refused_before_any_task(spark_factory: Any) -> None:
-    # Last in this module: it rebuilds the session (about 10 s); the next user rebuilds back.
-    spark = spark_factory.get(
-        **{
-            "spark.dynamicAllocation.enabled": "true",
-            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-        }
-    )
-    tracker = spark.sparkContext.statusTracker()
-    before = tracker.getJobIdsForGroup(None)
-    with pytest.raises(LaunchError, match=r"spark.dynamicAllocation.enabled=false"):
-        run(all_reduce_env, 1.0, num_processes=2, spark=spark)
-    assert tracker.getJobIdsForGroup(None) == before
-    assert launch._PY_VERSIONS.get(spark.sparkContext.applicationId) is None

@@ -2,9 +2,9 @@
 
 Two entry points share the same set-up:
 
-* :func:`entry` runs a cloudpickled function (``gpuspark.train.run(fn, ...)``);
-* ``python -m gpuspark.train._worker --log-dir D script.py [args]`` runs a script the way
-  ``torchrun`` does (``gpuspark launch``).
+* :func:`entry` runs a cloudpickled function (``gpuspark.launch.run(fn, ...)``);
+* ``python -m gpuspark.launch._internal.worker --log-dir D script.py [args]`` runs a script
+  the way ``torchrun`` does (``gpuspark launch``).
 
 Set-up: the process dies with its parent (``PR_SET_PDEATHSIG``), so no rank outlives its agent;
 its stdout and stderr go, line-buffered, to ``<log-dir>/rank-<RANK>.log`` which the task tails
@@ -135,13 +135,15 @@ def _leave_without_teardown() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuspark.train._worker --log-dir D script.py [args...]``."""
+    """``python -m gpuspark.launch._internal.worker --log-dir D script.py [args...]``."""
     import atexit
     import runpy
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[0] != "--log-dir":
-        sys.stderr.write("usage: python -m gpuspark.train._worker --log-dir DIR script.py ...\n")
+        sys.stderr.write(
+            "usage: python -m gpuspark.launch._internal.worker --log-dir DIR script.py ...\n"
+        )
         return 2
     log_dir, script, script_args = argv[1], argv[2], argv[3:]
     _setup(log_dir)

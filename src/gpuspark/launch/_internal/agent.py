@@ -26,13 +26,15 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuspark.train._worker import set_parent_death_signal
+from gpuspark.launch._internal.worker import set_parent_death_signal
 
 __all__ = ["Sink", "TaskSpec", "free_port", "run_task"]
 
 _TAIL_LINES = 30
 _POLL_S = 0.05
 _AGENT_SHUTDOWN_S = 5
+_WORKER_MODULE = "gpuspark.launch._internal.worker"
+"""What a script-mode rank runs (``python -m``): set-up, then the user's script."""
 
 
 @dataclass
@@ -156,12 +158,12 @@ def _agent_main(spec: TaskSpec, log_dir: str) -> dict[str, Any]:
     config = _launch_config(spec, log_dir)
     try:
         if spec.payload is not None:
-            from gpuspark.train._worker import entry
+            from gpuspark.launch._internal.worker import entry
 
             outputs = elastic_launch(config, entry)(spec.payload, log_dir)
         else:
             assert spec.script is not None
-            args = ["-u", "-m", "gpuspark.train._worker", "--log-dir", log_dir, *spec.script]
+            args = ["-u", "-m", _WORKER_MODULE, "--log-dir", log_dir, *spec.script]
             outputs = elastic_launch(config, sys.executable)(*args)
     except ChildFailedError as exc:
         return {"ok": False, "failures": _failure_records(exc)}

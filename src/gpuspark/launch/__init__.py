@@ -1,0 +1,45 @@
+"""Run a function or a script on N ranks: on Spark (one barrier stage) or on this machine.
+
+``run(fn, *args, num_processes=4, spark=spark)`` builds a :class:`LaunchRequest` (plain data;
+``materialize()`` prints it), checks the cluster up front, then runs one Spark barrier stage of
+``num_processes / processes_per_task`` tasks with a task resource profile asking whole GPUs, so
+the application keeps ``spark.task.resource.gpu.amount=0.25`` for its data work. Each task sets
+``CUDA_VISIBLE_DEVICES`` from ``TaskContext.resources()``, shares task 0's host and a free port
+with ``BarrierTaskContext.allGather`` and starts its ranks through torch's elastic agent. Rank
+lines stream to the driver as ``[rank r] ...``; rank 0's return value comes back; a failure
+raises one :class:`~gpuspark.errors.LaunchError` naming the rank, its host and the end of its
+traceback.
+
+This is the package's public face; the modules behind it, one concern each:
+
+- :mod:`~gpuspark.launch.request`: :class:`LaunchRequest`, :func:`make_request` (dry run);
+- :mod:`~gpuspark.launch.preflight`: conf, free slots and Python checks before any task;
+- :mod:`~gpuspark.launch.ranks`: backend choice, the ranks' environment, :func:`restart_count`;
+- :mod:`~gpuspark.launch.spark`: the barrier stage; :mod:`~gpuspark.launch.local`: local mode;
+- :mod:`~gpuspark.launch.results`: rank 0's value, or one error naming the root cause;
+- :mod:`~gpuspark.launch.api`: :func:`run` and :func:`run_request`;
+- ``_internal/``: the elastic agent per task, the rank process, log streaming (private).
+
+Nothing here imports torch or pyspark at import time.
+"""
+
+from __future__ import annotations
+
+from gpuspark.errors import LaunchError
+from gpuspark.launch.api import run, run_request
+from gpuspark.launch.preflight import ExecutorCapacity, check_capacity, check_conf, check_python
+from gpuspark.launch.ranks import restart_count
+from gpuspark.launch.request import LaunchRequest, make_request
+
+__all__ = [
+    "ExecutorCapacity",
+    "LaunchError",
+    "LaunchRequest",
+    "check_capacity",
+    "check_conf",
+    "check_python",
+    "make_request",
+    "restart_count",
+    "run",
+    "run_request",
+]

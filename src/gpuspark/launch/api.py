@@ -1,0 +1,104 @@
+"""Run a function or a script on N ranks: request -> preflight -> attempts (Spark or local)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpuspark.launch.local import run_local
+from gpuspark.launch.preflight import preflight
+from gpuspark.launch.request import LaunchRequest, make_request
+from gpuspark.launch.results import rank0_value, result_error, timeout_error
+from gpuspark.launch.spark import run_barrier
+
+__all__ = ["run", "run_request"]
+
+
+def run_request(req: LaunchRequest, spark: Any = None, *, spec: Any = None) -> Any:
+    """Run a prepared :class:`LaunchRequest`; return rank 0's return value.
+
+    On Spark: ``spark`` as given (a session or context), else a training session from
+    :func:`gpuspark.cluster.session.job_session` on ``req.master`` or the spec's master (the
+    embedded cluster is started for the run when none is running, and stopped after).
+    """
+    if req.local:
+        return _attempts(req, None)
+    if spark is not None:
+        return _attempts(req, spark.sparkContext if hasattr(spark, "sparkContext") else spark)
+    from gpuspark.cluster.session import JobKind, job_session
+
+    with job_session(JobKind.TRAINING, master=req.master, spec=spec) as session:
+        return _attempts(req, session.sparkContext)
+
+
+def _attempts(req: LaunchRequest, sc: Any) -> Any:
+    run_id = uuid.uuid4().hex[:12]
+    if sc is not None:
+        req.master = req.master or str(sc.master)
+        preflight(req, sc)
+    last: list[dict[str, Any]] = []
+    for attempt in range(req.max_attempts):
+        if attempt:
+            _note(f"retry {attempt} of {req.max_attempts - 1} after: {result_error(last, 1)}")
+        last = (
+            run_local(req, run_id, attempt) if sc is None else run_barrier(req, sc, run_id, attempt)
+        )
+        if all(r.get("ok") for r in last):
+            return rank0_value(last)
+        if any(r.get("stopped") == "timeout" for r in last):
+            raise timeout_error(req)
+    raise result_error(last, req.max_attempts)
+
+
+def _note(text: str) -> None:
+    sys.stdout.write(f"[gpuspark] {text.splitlines()[0]}\n")
+    sys.stdout.flush()
+
+
+def run(
+    fn: Callable[..., Any] | str,
+    *args: Any,
+    num_processes: int,
+    gpus_per_process: float = 1,
+    processes_per_task: int | None = None,
+    spark: Any = None,
+    spec: Any = None,
+    local: bool = False,
+    backend: str = "auto",
+    max_restarts: int = 0,
+    max_attempts: int = 1,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Run ``fn(*args, **kwargs)`` on ``num_processes`` ranks; return rank 0's return value.
+
+    On Spark (``spark`` is a SparkSession, or ``None`` for the embedded cluster): one barrier
+    stage of ``num_processes / processes_per_task`` tasks, each with
+    ``processes_per_task * gpus_per_process`` whole GPUs. With ``local=True``: ranks are
+    processes of this machine. Each rank sees ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+    ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, ``GPUSPARK_BACKEND``
+    and ``CUDA_VISIBLE_DEVICES`` (its task's GPUs; use ``cuda:LOCAL_RANK``).
+
+    ``fn`` may be a script path (``str``); ``args`` are then its command-line arguments.
+    ``max_restarts`` restarts failed ranks in place (read :func:`restart_count` to resume);
+    ``max_attempts`` reruns the whole stage. Raises :class:`LaunchError` before anything starts
+    when the cluster cannot run the job, and naming the failing rank and host when one fails.
+    """
+    req = make_request(
+        fn,
+        *args,
+        num_processes=num_processes,
+        gpus_per_process=gpus_per_process,
+        processes_per_task=processes_per_task,
+        local=local,
+        backend=backend,
+        max_restarts=max_restarts,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        env=env,
+        **kwargs,
+    )
+    return run_request(req, spark, spec=spec)

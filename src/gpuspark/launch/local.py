@@ -1,0 +1,59 @@
+"""Local mode: every rank is a process of this machine, under one elastic agent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuspark.errors import LaunchError
+from gpuspark.launch.ranks import cuda_available, rank_env, resolve_backend, start_method
+from gpuspark.launch.request import LaunchRequest
+
+__all__ = ["run_local"]
+
+
+def run_local(req: LaunchRequest, run_id: str, attempt: int) -> list[dict[str, Any]]:
+    """Run one attempt of ``req`` here; return the agent's report (a list of one)."""
+    import torch.distributed.launcher.api  # noqa: F401  (imported once here, not per fork)
+
+    from gpuspark.launch._internal.agent import TaskSpec, free_port, run_task
+    from gpuspark.launch._internal.logs import PrintSink
+
+    want_gpus = req.gpus_per_process > 0
+    cuda = want_gpus and cuda_available()
+    backend, why = resolve_backend(req.backend, want_gpus and cuda, cuda)
+    if backend == "nccl":
+        _check_local_gpus(req)
+    env = rank_env(req, run_id, attempt, backend)
+    sink = PrintSink()
+    if attempt == 0:
+        sink.write(f"[gpuspark] backend {backend} ({why}); {req.num_processes} local ranks")
+    spec = TaskSpec(
+        run_id=run_id,
+        task_index=0,
+        num_tasks=1,
+        nproc=req.num_processes,
+        master_addr="127.0.0.1",
+        master_port=free_port(),
+        local_addr="127.0.0.1",
+        rdzv_backend=req.rdzv_backend,
+        max_restarts=req.max_restarts,
+        start_method=start_method(backend),
+        payload=req.payload,
+        script=req.script,
+        env=env,
+        host="localhost",
+    )
+    return [run_task(spec, sink, timeout=req.timeout)]
+
+
+def _check_local_gpus(req: LaunchRequest) -> None:
+    import torch
+
+    have = torch.cuda.device_count()
+    need = int(req.num_processes * req.gpus_per_process)
+    if need > have:
+        raise LaunchError(
+            f"{req.num_processes} local ranks x {req.gpus_per_process:g} GPU need {need} GPUs; "
+            f"this machine has {have}",
+            remedy="use fewer processes, or backend='gloo'",
+        )

@@ -1,0 +1,86 @@
+"""What every rank gets, on Spark and locally: the backend, its environment, how it starts.
+
+The driver (local mode) or each barrier task (Spark) resolves the backend, builds the ranks'
+extra environment and picks the start method; :func:`restart_count` reads that environment
+back inside a rank.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuspark.launch.request import LaunchRequest
+
+__all__ = [
+    "cuda_available",
+    "rank_env",
+    "rank_map",
+    "resolve_backend",
+    "restart_count",
+    "start_method",
+]
+
+
+def resolve_backend(requested: str, gpus: bool, cuda: bool) -> tuple[str, str]:
+    """The backend and why: NCCL needs GPUs assigned and CUDA available; else gloo."""
+    if requested != "auto":
+        return requested, "requested"
+    if gpus and cuda:
+        return "nccl", "GPUs assigned and CUDA available"
+    if not gpus:
+        return "gloo", "no GPUs assigned"
+    return "gloo", "CUDA not available (simulated or missing GPUs)"
+
+
+def cuda_available() -> bool:
+    """Whether torch sees CUDA here, asked through NVML so this process never initialises it."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # does not initialise CUDA
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def rank_env(req: LaunchRequest, run_id: str, attempt: int, backend: str) -> dict[str, str]:
+    """The ``GPUSPARK_*`` variables of every rank of this attempt, then the request's ``env``."""
+    env = {
+        "GPUSPARK_RUN_ID": run_id,
+        "GPUSPARK_ATTEMPT": str(attempt),
+        "GPUSPARK_BACKEND": backend,
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update({str(k): str(v) for k, v in req.env.items()})
+    return env
+
+
+def rank_map(tasks: Sequence[dict[str, Any]], per_task: int, gpus_per_process: int) -> str:
+    """``rank->host gpu a,b`` (or ``host cpu``) for every rank, for the driver's log."""
+    parts = []
+    for t, info in enumerate(tasks):
+        for local in range(per_task):
+            gpus = info["gpus"][local * gpus_per_process : (local + 1) * gpus_per_process]
+            where = f"{info['host']} gpu {','.join(gpus)}" if gpus else f"{info['host']} cpu"
+            parts.append(f"{t * per_task + local}->{where}")
+    return ", ".join(parts)
+
+
+def start_method(backend: str) -> str:
+    """How the elastic agent starts its ranks: ``fork`` or ``spawn``."""
+    # fork reuses the agent's imports (torch) and starts ranks in milliseconds; NCCL ranks are
+    # spawned like torchrun does, so CUDA never meets a forked process.
+    return "spawn" if backend == "nccl" or sys.platform != "linux" else "fork"
+
+
+def restart_count() -> int:
+    """How many times this rank's function was started before now (0 on the first start).
+
+    Counts the elastic agent's restarts (``TORCHELASTIC_RESTART_COUNT``) and the barrier
+    stage's earlier attempts; a function resumes from its own checkpoint when this is > 0.
+    """
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    attempt = int(os.environ.get("GPUSPARK_ATTEMPT", "0"))
+    max_restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+    return attempt * (max_restarts + 1) + restarts

@@ -1,0 +1,199 @@
+"""The launch request: what to run, on how many ranks, where, as plain data.
+
+:func:`make_request` turns :func:`gpuspark.launch.run`'s arguments into a :class:`LaunchRequest`
+(the function cloudpickled, or a script path checked on the driver); the request checks its own
+shape when built and prints itself with :meth:`LaunchRequest.materialize` (a dry run).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuspark.errors import LaunchError
+
+__all__ = ["LaunchRequest", "make_request"]
+
+_BACKENDS = ("auto", "nccl", "gloo")
+
+
+@dataclass
+class LaunchRequest:
+    """What to run, on how many ranks, where: plain data, built before anything starts."""
+
+    num_processes: int
+    """World size: the number of ranks."""
+    gpus_per_process: float = 1.0
+    """Whole GPUs per rank (0 for CPU ranks)."""
+    processes_per_task: int | None = None
+    """Ranks per Spark barrier task (default 1 on Spark; all of them in local mode)."""
+    local: bool = False
+    """Run on this machine instead of Spark."""
+    master: str | None = None
+    """Spark master URL, for display."""
+    backend: str = "auto"
+    """``auto`` (NCCL when GPUs are assigned and CUDA is available, else gloo), nccl, gloo."""
+    max_restarts: int = 0
+    """Restarts of failed ranks by the elastic agent."""
+    max_attempts: int = 1
+    """Attempts of the whole barrier stage (the last one's failure is raised)."""
+    timeout: float | None = None
+    """Seconds per attempt (all ranks are stopped when it runs out), or None."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of every rank."""
+    function: str | None = None
+    """Name of the function (function mode)."""
+    payload: bytes | None = field(default=None, repr=False)
+    """``cloudpickle.dumps((fn, args, kwargs))`` (function mode)."""
+    script: list[str] | None = None
+    """``[script.py, *args]`` (script mode)."""
+
+    def __post_init__(self) -> None:
+        _check_shape(self)
+
+    @property
+    def per_task(self) -> int:
+        """Ranks per task (per node in local mode)."""
+        if self.local:
+            return self.num_processes
+        return self.processes_per_task or 1
+
+    @property
+    def num_tasks(self) -> int:
+        """Barrier tasks (elastic agents / nodes)."""
+        return self.num_processes // self.per_task
+
+    @property
+    def gpus_per_task(self) -> float:
+        """GPUs one barrier task asks for in its resource profile."""
+        return self.gpus_per_process * self.per_task
+
+    @property
+    def rdzv_backend(self) -> str:
+        """``static`` (one TCP store at task 0, fastest) unless ranks may restart.
+
+        The static rendezvous never forms a new round: restarted ranks would read their peers'
+        old addresses, and other nodes would not follow. ``c10d`` starts a new round on every
+        restart, on every node.
+        """
+        return "c10d" if self.max_restarts > 0 else "static"
+
+    @property
+    def entrypoint(self) -> str:
+        """What each rank runs, for humans."""
+        if self.script is not None:
+            return " ".join(shlex.quote(a) for a in self.script)
+        return f"function {self.function or '?'}"
+
+    def materialize(self) -> str:
+        """The launch as text: what would run where (a dry run; nothing is started)."""
+        gpu = f"{self.gpus_per_task:g}"
+        lines = [
+            f"ranks: {self.num_processes} ({self.num_tasks} node(s) x {self.per_task})",
+            f"entrypoint: {self.entrypoint}",
+            f"backend: {self.backend}",
+            f"elastic agent: rdzv={self.rdzv_backend} max_restarts={self.max_restarts} "
+            f"attempts={self.max_attempts} timeout={self.timeout}",
+        ]
+        if self.local:
+            lines.insert(0, "mode: local (this machine)")
+        else:
+            lines.insert(0, f"mode: spark ({self.master or 'session master'})")
+            lines.append(
+                f"barrier stage: {self.num_tasks} tasks, task resource profile cpus=1 gpu={gpu}"
+            )
+        lines.append("per node: " + self._torchrun_line())
+        lines += [f"env: {k}={v}" for k, v in sorted(self.env.items())]
+        return "\n".join(lines)
+
+    def _torchrun_line(self) -> str:
+        parts = ["torchrun", f"--nnodes={self.num_tasks}", f"--nproc-per-node={self.per_task}"]
+        parts += [f"--rdzv-backend={self.rdzv_backend}", "--rdzv-endpoint=<task0-host>:<port>"]
+        parts += [f"--max-restarts={self.max_restarts}"]
+        if self.num_tasks > 1 and self.rdzv_backend == "static":
+            parts.append("--node-rank=<task>")
+        return " ".join([*parts, self.entrypoint])
+
+
+def _whole(value: float) -> bool:
+    return float(value).is_integer()
+
+
+def _check_shape(req: LaunchRequest) -> None:
+    if not isinstance(req.num_processes, int) or req.num_processes < 1:
+        raise LaunchError(
+            f"num_processes={req.num_processes!r} must be a whole number >= 1",
+            remedy="pass num_processes=N, the number of ranks",
+        )
+    ppt = req.processes_per_task
+    if ppt is not None and (not isinstance(ppt, int) or ppt < 1):
+        raise LaunchError(f"processes_per_task={ppt!r} must be a whole number >= 1")
+    if ppt is not None and req.local and ppt != req.num_processes:
+        raise LaunchError(
+            f"processes_per_task={ppt} does not apply in local mode (one node, "
+            f"{req.num_processes} processes)",
+            remedy="leave processes_per_task out with local=True",
+        )
+    if ppt is not None and req.num_processes % ppt:
+        lower = req.num_processes - req.num_processes % ppt
+        options = ", ".join(str(n) for n in (lower, lower + ppt) if n > 0)
+        raise LaunchError(
+            f"num_processes={req.num_processes} is not a multiple of processes_per_task={ppt}",
+            remedy=f"use num_processes={options}, or another processes_per_task",
+        )
+    g = req.gpus_per_process
+    if g < 0 or not _whole(g):
+        raise LaunchError(
+            f"gpus_per_process={g!r}: a training process needs whole GPUs",
+            remedy="use 1 (or 2, ...); use 0 for CPU ranks",
+        )
+    if req.backend not in _BACKENDS:
+        from gpuspark.errors import did_you_mean
+
+        raise LaunchError(
+            f"backend={req.backend!r} is not one of {', '.join(_BACKENDS)}"
+            + did_you_mean(req.backend, _BACKENDS)
+        )
+    if req.max_restarts < 0 or req.max_attempts < 1:
+        raise LaunchError(
+            f"max_restarts={req.max_restarts}, max_attempts={req.max_attempts}",
+            remedy="max_restarts must be >= 0 and max_attempts >= 1",
+        )
+    if (req.payload is None) == (req.script is None):
+        raise LaunchError("a launch needs exactly one of a function or a script")
+
+
+def make_request(
+    fn: Callable[..., Any] | str, *args: Any, env: Mapping[str, str] | None = None, **kw: Any
+) -> LaunchRequest:
+    """Build the :class:`LaunchRequest` for :func:`~gpuspark.launch.run`'s arguments (nothing
+    starts)."""
+    names = set(LaunchRequest.__dataclass_fields__) - {"payload", "script", "function", "env"}
+    opts = {k: kw.pop(k) for k in list(kw) if k in names}
+    if isinstance(fn, str | os.PathLike):
+        if kw:
+            raise LaunchError(f"a script takes command-line arguments, not {sorted(kw)}")
+        script = [_script_path(fn), *map(str, args)]
+        return LaunchRequest(script=script, env=dict(env or {}), **opts)
+    import cloudpickle
+
+    payload = cloudpickle.dumps((fn, args, kw))
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    return LaunchRequest(function=name, payload=payload, env=dict(env or {}), **opts)
+
+
+def _script_path(path: str | os.PathLike[str]) -> str:
+    """The script as an absolute path, checked on the driver: ranks start in other working
+    directories (a Spark worker's), where a relative path names nothing."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        what = "is a directory" if p.is_dir() else "does not exist"
+        raise LaunchError(
+            f"script {os.fspath(path)}: {what}",
+            remedy="give the path of a Python file (relative to the current directory or absolute)",
+        )
+    return str(p.resolve())

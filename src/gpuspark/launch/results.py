@@ -1,0 +1,94 @@
+"""The tasks' reports, read on the driver: rank 0's value, or one error naming the root cause.
+
+Every task returns a report (see :func:`gpuspark.launch._internal.agent.run_task`); a failed
+launch becomes one :class:`~gpuspark.errors.LaunchError` naming the rank that failed first, its
+host and the last lines of its traceback, never a wall of Py4J frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpuspark.errors import LaunchError
+
+if TYPE_CHECKING:
+    from gpuspark.launch.request import LaunchRequest
+
+__all__ = ["rank0_value", "result_error", "spark_error", "timeout_error"]
+
+_ERROR_LINES = 8
+
+
+def _failure_sort_key(rec: dict[str, Any]) -> tuple[float, int]:
+    # The root cause is the earliest failure: peers of a dead rank fail after it. The error
+    # file's time is precise; the agent's timestamp (whole seconds) covers signals.
+    err = rec.get("error") or {}
+    return (float(err.get("time", rec.get("timestamp", 0))), rec.get("rank", 0))
+
+
+def _failure_error(rec: dict[str, Any], attempts: int) -> LaunchError:
+    rank, host = rec.get("rank"), rec.get("host", "?")
+    err = rec.get("error") or {}
+    if rec.get("signal"):
+        cause = f"killed by {rec['signal']}"
+    elif err:
+        cause = f"{err.get('type')}: {err.get('message')}"
+    else:
+        cause = f"exit code {rec.get('exitcode')}"
+    lines = err.get("traceback") or rec.get("tail") or []
+    tail = "".join(f"\n    {line}" for line in lines[-_ERROR_LINES:])
+    after = f" after {attempts} attempt(s)" if attempts > 1 else ""
+    return LaunchError(
+        f"rank {rank} failed on host {host}{after}: {cause}"
+        + (f"\n  last lines of rank {rank}:{tail}" if tail else "")
+    )
+
+
+def result_error(results: Sequence[dict[str, Any]], attempts: int) -> LaunchError:
+    """One error for a failed attempt: the earliest rank failure, else an agent's, else why
+    the tasks stopped."""
+    failures = [f for r in results for f in r.get("failures", [])]
+    if failures:
+        return _failure_error(min(failures, key=_failure_sort_key), attempts)
+    for r in results:
+        if r.get("agent_error"):
+            tail = "".join(f"\n    {line}" for line in r["agent_error"][-_ERROR_LINES:])
+            return LaunchError(f"the elastic agent of task {r.get('task')} failed:{tail}")
+    stopped = {r.get("stopped") for r in results if r.get("stopped")}
+    return LaunchError(f"the launch stopped ({', '.join(sorted(map(str, stopped)))})")
+
+
+def rank0_value(results: Sequence[dict[str, Any]]) -> Any:
+    """Rank 0's return value, from whichever task holds rank 0 (after a c10d restart it may
+    not be task 0)."""
+    import cloudpickle
+
+    for r in results:
+        if r.get("rank0"):
+            raw = r.get("value")
+            return None if raw is None else cloudpickle.loads(raw)
+    return None
+
+
+def timeout_error(req: LaunchRequest) -> LaunchError:
+    """The error for an attempt that ran out of ``req.timeout``."""
+    return LaunchError(
+        f"the launch of {req.entrypoint} on {req.num_processes} ranks timed out after "
+        f"{req.timeout:g} s; every rank was stopped",
+        remedy="raise timeout=, or look at the [rank r] lines above for the stuck rank",
+    )
+
+
+def spark_error(exc: BaseException, server: Any) -> BaseException:
+    """What to raise when the barrier stage's ``collect`` failed: the ranks' failure reports
+    the log ``server`` received, else the Python lines of Spark's message (no JVM frames)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return exc
+    if server.failures:
+        return result_error(server.failures, 1)
+    text = str(exc)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    py = [ln for ln in lines if ln and not ln.startswith(("\tat ", "at "))]
+    short = "\n    ".join(py[-_ERROR_LINES:]) if py else type(exc).__name__
+    return LaunchError(f"the barrier stage failed in Spark:\n    {short}")

@@ -1,0 +1,150 @@
+"""Spark mode: one barrier stage of ``num_tasks`` tasks, each one node of the job.
+
+The stage carries a task resource profile asking whole GPUs per task (stage-level scheduling),
+so the application keeps ``spark.task.resource.gpu.amount=0.25`` for its data work. Each task
+sets ``CUDA_VISIBLE_DEVICES`` from ``TaskContext.resources()``, shares task 0's host and a free
+port with ``BarrierTaskContext.allGather`` and starts its ranks through torch's elastic agent.
+Rank lines stream to the driver's log server; the first failure, or the timeout, stops every
+task.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+from gpuspark.launch.preflight import executor_capacity
+from gpuspark.launch.ranks import (
+    cuda_available,
+    rank_env,
+    rank_map,
+    resolve_backend,
+    start_method,
+)
+from gpuspark.launch.request import LaunchRequest
+from gpuspark.launch.results import spark_error, timeout_error
+
+__all__ = ["run_barrier"]
+
+
+def _task_profile(req: LaunchRequest, cpus: int) -> Any:
+    from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+    treqs = TaskResourceRequests().cpus(cpus)
+    if req.gpus_per_task > 0:
+        treqs = treqs.resource("gpu", float(req.gpus_per_task))
+    return ResourceProfileBuilder().require(treqs).build
+
+
+def _barrier_partition(
+    req: LaunchRequest, run_id: str, attempt: int, server: tuple[str, int, str], _it: Any
+) -> Any:
+    """Body of one barrier task (runs on an executor)."""
+    import json
+
+    from pyspark import BarrierTaskContext
+
+    from gpuspark.launch._internal.agent import TaskSpec, free_port, run_task
+    from gpuspark.launch._internal.logs import SocketSink
+
+    ctx = BarrierTaskContext.get()
+    index = ctx.partitionId()
+    sink = SocketSink(server[0], server[1], server[2], index)
+    try:
+        res = ctx.resources().get("gpu")
+        gpus = sorted(res.addresses, key=lambda a: (len(a), a)) if res is not None else []
+        import torch.distributed.launcher.api  # noqa: F401  (the forked agent inherits it)
+
+        host = str(ctx.getTaskInfos()[index].address.rsplit(":", 1)[0])
+        me = {
+            "host": host,
+            "port": free_port() if index == 0 else 0,
+            "gpus": gpus,
+            "cuda": bool(gpus) and cuda_available(),
+        }
+        tasks = [json.loads(s) for s in ctx.allGather(json.dumps(me))]
+        all_gpus = all(t["gpus"] for t in tasks)
+        backend, why = resolve_backend(req.backend, all_gpus, all(t["cuda"] for t in tasks))
+        if index == 0:
+            ranks = rank_map(tasks, req.per_task, int(req.gpus_per_process))
+            sink.notice("info", {"text": f"backend {backend} ({why}); ranks: {ranks}"})
+        env = rank_env(req, run_id, attempt, backend)
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        spec = TaskSpec(
+            run_id=run_id,
+            task_index=index,
+            num_tasks=req.num_tasks,
+            nproc=req.per_task,
+            master_addr=tasks[0]["host"],
+            master_port=tasks[0]["port"],
+            local_addr=host,
+            rdzv_backend=req.rdzv_backend,
+            max_restarts=req.max_restarts,
+            start_method=start_method(backend),
+            payload=req.payload,
+            script=req.script,
+            env=env,
+            host=host,
+        )
+        result = run_task(spec, sink)
+    finally:
+        sink.close()
+    yield result
+
+
+def _driver_host(sc: Any) -> str:
+    return str(sc.getConf().get("spark.driver.host", "127.0.0.1"))
+
+
+def run_barrier(req: LaunchRequest, sc: Any, run_id: str, attempt: int) -> list[dict]:
+    """Run one attempt of ``req`` as a barrier stage on ``sc``; return the tasks' reports."""
+    import functools
+
+    from gpuspark.launch._internal.logs import LogServer
+
+    token = uuid.uuid4().hex
+    server = LogServer(token, host=_driver_host(sc))
+    server.on_failure = lambda _rec: server.abort("a rank failed")
+    server.show_info = attempt == 0
+    tag = f"gpuspark-launch-{run_id}-{attempt}"
+    timers = _timers(req.timeout, server, sc, tag)
+    body = functools.partial(_barrier_partition, req, run_id, attempt, (*server.address, token))
+    rdd = sc.parallelize(range(req.num_tasks), req.num_tasks).barrier().mapPartitions(body)
+    sc.addJobTag(tag)
+    sc.setInterruptOnCancel(True)
+    try:
+        sc.setJobDescription(f"gpuspark launch {req.entrypoint} ({req.num_processes} ranks)")
+        cpus = executor_capacity(sc, dict(sc.getConf().getAll())).task_cpus_for(req.gpus_per_task)
+        results: list[dict] = rdd.withResources(_task_profile(req, cpus)).collect()
+    except BaseException as exc:
+        server.abort("driver stopped")
+        sc.cancelJobsWithTag(tag)
+        if server.abort_reason == "timeout":
+            raise timeout_error(req) from None
+        raise spark_error(exc, server) from None
+    finally:
+        for timer in timers:
+            timer.cancel()
+        sc.removeJobTag(tag)
+        sc.setJobDescription(None)
+        server.drain(5.0)
+        server.close()
+    if server.abort_reason == "timeout":
+        raise timeout_error(req)
+    return results
+
+
+def _timers(timeout: float | None, server: Any, sc: Any, tag: str) -> list[threading.Timer]:
+    if timeout is None:
+        return []
+    # ABORT lets every task stop its ranks; cancelling the job is the fallback if one is stuck.
+    timers = [
+        threading.Timer(timeout, server.abort, args=("timeout",)),
+        threading.Timer(timeout + 30, sc.cancelJobsWithTag, args=(tag,)),
+    ]
+    for timer in timers:
+        timer.daemon = True
+        timer.start()
+    return timers

@@ -1,0 +1,28 @@
+"""The tasks' reports on the driver (gpuspark.launch.results): rank 0's value, root cause."""
+
+from __future__ import annotations
+
+import cloudpickle
+
+from gpuspark.launch.results import rank0_value, result_error
+
+
+def test_result_comes_from_the_task_holding_rank_0() -> None:
+    # after a c10d restart, global rank 0 may live on another task than task 0
+    results = [
+        {"task": 0, "ok": True, "value": None, "rank0": False},
+        {"task": 1, "ok": True, "value": cloudpickle.dumps({"loss": 0.5}), "rank0": True},
+    ]
+    assert rank0_value(results) == {"loss": 0.5}
+
+
+def test_root_cause_is_the_earliest_failure_across_tasks() -> None:
+    peer = {
+        "rank": 0,
+        "host": "a",
+        "error": {"type": "RuntimeError", "message": "peer", "time": 9.5},
+    }
+    root = {"rank": 3, "host": "b", "error": {"type": "ValueError", "message": "bad", "time": 9.1}}
+    killed = {"rank": 1, "host": "a", "signal": "SIGKILL", "timestamp": 10}
+    err = result_error([{"failures": [peer, killed]}, {"failures": [root]}], 1)
+    assert str(err).startswith("rank 3 failed on host b: ValueError: bad")
