@@ -11,23 +11,23 @@ import pydicom
 import pytest
 from pydicom.data import get_testdata_file
 
-from gpuspark.data.dicom import (
-    DicomOptions,
-    apply_window,
-    order_frames,
-    parse_window,
-    prep_series,
-    read_header,
-    resample,
-)
-from gpuspark.data.images import ImageOptions, class_of, prep_image
 from gpuspark.data.sources import (
+    DicomOptions,
+    ImageOptions,
     LabelsError,
     QuarantineError,
+    apply_window,
     assign_split,
+    class_of,
     hash_patient,
+    order_frames,
     parse_split,
+    parse_window,
+    prep_image,
+    prep_series,
+    read_header,
     read_labels,
+    resample,
 )
 from gpuspark.datasets import load_cohort, render_phantom, synth_ct, synth_images
 
