@@ -1,6 +1,6 @@
 """DICOM series -> shards: Spark on the embedded cluster (2 workers x 1 core) vs one process.
 
-Both sides run the same per-series function (``gpuspark.data.dicom.prep_series``) on the same
+Both sides run the same per-series function (``gpuspark.data.sources.prep_series``) on the same
 synthetic cohort: the single-process baseline lists files with ``os.walk``, reads headers,
 groups by series, calls ``prep_series`` in a loop and writes with ``ShardWriter``; the Spark
 side is ``gpuspark.data.prep.prep_dicom``. Runs alternate; medians are reported.
@@ -48,8 +48,13 @@ def _summary(cohort_dir: Path) -> Any:
 
 def baseline(src: Path, dst: Path, labels: Path) -> dict[str, Any]:
     """Single process: walk, headers, group, prep_series per series, ShardWriter."""
-    from gpuspark.data.dicom import DicomOptions, prep_series, read_header
-    from gpuspark.data.sources import QuarantineError, read_labels
+    from gpuspark.data.sources import (
+        DicomOptions,
+        QuarantineError,
+        prep_series,
+        read_header,
+        read_labels,
+    )
     from gpuspark.data.write import ShardWriter
 
     t0 = time.perf_counter()

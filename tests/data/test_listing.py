@@ -1,4 +1,4 @@
-"""Source listing in tasks (gpuspark.data.listing) and shard planning for prep jobs."""
+"""Source listing in tasks (gpuspark.data.sources.listing) and shard planning for prep jobs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuspark.data import listing
-from gpuspark.data.listing import deal, plan_units, walk_unit
 from gpuspark.data.prep import PrepError, plan_shards
+from gpuspark.data.sources import listing
+from gpuspark.data.sources.listing import deal, plan_units, walk_unit
 
 
 def _tree(root: Path) -> set[str]:

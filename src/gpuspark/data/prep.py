@@ -1,7 +1,7 @@
 """Spark preprocessing jobs: DICOM series and image folders to gpuspark shards.
 
 The work is Spark's. DICOM (:func:`prep_dicom`) is two jobs: tasks walk the source tree
-(the driver plans units from its top levels, :mod:`gpuspark.data.listing`) and read every
+(the driver plans units from its top levels, :mod:`gpuspark.data.sources.listing`) and read every
 file's header; then one task per planned shard assembles its series one at a time and writes
 them (:func:`gpuspark.data.write.write_partitions`), so volumes are written once and nothing
 is cached or shuffled after they are made. Image folders (:func:`prep_images`) are listed by
@@ -193,9 +193,9 @@ _UNIT_DDL = "path string, is_dir boolean, size long"
 
 def _source_units(spark: Any, src: str) -> Any:
     """The units of ``src`` (files, and directories the tasks walk) as a DataFrame of two
-    tasks per core with even shares of bytes (:mod:`gpuspark.data.listing`); refuses a
+    tasks per core with even shares of bytes (:mod:`gpuspark.data.sources.listing`); refuses a
     source with nothing in it."""
-    from gpuspark.data.listing import deal, plan_units
+    from gpuspark.data.sources import deal, plan_units
 
     cores = _cores(spark)
     units = plan_units(src, want=8 * cores)
@@ -208,7 +208,7 @@ def _source_units(spark: Any, src: str) -> Any:
 
 def _walk(batches: Iterable[Any]) -> Iterator[tuple[str, int]]:
     """Every file of the units in ``batches`` (runs in the tasks)."""
-    from gpuspark.data.listing import walk_unit
+    from gpuspark.data.sources import walk_unit
 
     for batch in batches:
         cols = [batch.column(c).to_pylist() for c in ("path", "is_dir", "size")]
@@ -300,8 +300,7 @@ def _header_fn(
 def _header_row(
     path: str, length: int, fractions: Sequence[float] | None, salt: str, q_acc: Any
 ) -> dict[str, Any]:
-    from gpuspark.data.dicom import read_header
-    from gpuspark.data.sources import assign_split, hash_patient
+    from gpuspark.data.sources import assign_split, hash_patient, read_header
 
     rec: dict[str, Any] = {"path": path, "length": length}
     try:
@@ -330,7 +329,7 @@ def _series_writer(
     rows_acc, q_acc = counters["rows"], counters["quarantined"]
 
     def shard_task(shard: int, batches: Iterable[Any]) -> Iterator[Any]:
-        from gpuspark.data.dicom import prep_series
+        from gpuspark.data.sources import prep_series
         from gpuspark.data.write import Report
 
         files: dict[str, list[str]] = {}
@@ -424,8 +423,7 @@ def prep_dicom(
     :class:`~gpuspark.spec.ClusterSpec` or file; default ``$GPUSPARK_SPEC`` or the built-in
     one), see :func:`gpuspark.cluster.session.job_session`.
     """
-    from gpuspark.data.dicom import DicomOptions, parse_window
-    from gpuspark.data.sources import parse_split, read_labels
+    from gpuspark.data.sources import DicomOptions, parse_split, parse_window, read_labels
 
     t0 = time.monotonic()
     src_s = _check_src(os.fspath(src))
@@ -770,8 +768,7 @@ def _one_image(
     rows_acc: Any,
     q_acc: Any,
 ) -> dict[str, Any]:
-    from gpuspark.data.images import class_of, prep_image
-    from gpuspark.data.sources import assign_split, read_bytes
+    from gpuspark.data.sources import assign_split, class_of, prep_image, read_bytes
 
     rec: dict[str, Any] = {"path": path}
     try:
@@ -813,7 +810,7 @@ def _image_sample(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _class_names(files: Any, root: str) -> list[str]:
-    from gpuspark.data.images import class_of
+    from gpuspark.data.sources import class_of
 
     def names(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -853,8 +850,7 @@ def prep_images(
     ``predecode`` (``size`` x ``size`` x 3 uint8). Labels are the sorted folder names
     (``extra["label_map"]``); optional splits by a stable hash of the relative path.
     """
-    from gpuspark.data.images import ImageOptions
-    from gpuspark.data.sources import parse_split
+    from gpuspark.data.sources import ImageOptions, parse_split
 
     t0 = time.monotonic()
     src_s = _check_src(os.fspath(src))

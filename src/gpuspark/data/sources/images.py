@@ -13,7 +13,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspark.data.sources import QuarantineError, local_path
+from gpuspark.data.sources.records import QuarantineError, local_path
 
 __all__ = ["IMAGE_EXTENSIONS", "MODES", "ImageOptions", "class_of", "prep_image"]
 

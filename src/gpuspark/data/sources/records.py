@@ -1,9 +1,9 @@
-"""Readers that turn raw inputs into training rows, and the bookkeeping they share.
+"""What every source reader shares: quarantine errors, patient-id hashing, stable splits,
+label tables, reading an input by URI.
 
-The per-input work lives in :mod:`gpuspark.data.dicom` (DICOM series to 3D volumes) and
-:mod:`gpuspark.data.images` (image folders); this module holds what both need: quarantine
-records, patient-id hashing, stable splits, label tables, opening an input by URI. The
-functions are plain Python so that a Spark task and a single-process loop call the same code.
+The per-input work lives beside this module: :mod:`~gpuspark.data.sources.dicom` (DICOM series
+to 3D volumes) and :mod:`~gpuspark.data.sources.images` (image folders). The functions are
+plain Python so that a Spark task and a single-process loop call the same code.
 
 Bad inputs are never dropped silently: every function that rejects an input raises
 :class:`QuarantineError` with a short reason, and the caller writes a quarantine row.
@@ -15,19 +15,17 @@ import csv
 import hashlib
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gpuspark import storage
 from gpuspark.errors import LabelsError, QuarantineError
 
 __all__ = [
-    "QUARANTINE_SCHEMA",
+    "SPLIT_NAMES",
     "LabelTable",
     "LabelsError",
     "QuarantineError",
-    "QuarantineRecord",
     "assign_split",
     "hash_patient",
     "local_path",
@@ -37,24 +35,6 @@ __all__ = [
 ]
 
 SPLIT_NAMES = ("train", "val", "test")
-
-
-@dataclass(frozen=True)
-class QuarantineRecord:
-    """One row of ``quarantine.parquet``."""
-
-    path: str
-    series_uid: str | None
-    reason: str
-    error_type: str
-    stage: str
-
-    def as_dict(self) -> dict[str, Any]:
-        """The record as a plain dict (Arrow/pandas friendly)."""
-        return asdict(self)
-
-
-QUARANTINE_SCHEMA = "path string, series_uid string, reason string, error_type string, stage string"
 
 
 def local_path(uri: str) -> str:
@@ -162,16 +142,3 @@ def read_labels(path: str | os.PathLike[str], *, label_column: str = "label") ->
         index = {n: i for i, n in names.items()}
         mapping = {k: index[v] for k, v in raw.items()}
     return LabelTable(_KEY_COLUMNS[key_col.strip().lower()], mapping, names, str(p))
-
-
-# Re-exported for convenience: the per-input readers.
-def __getattr__(name: str) -> Any:
-    if name in {"read_header", "prep_series", "DicomOptions", "resample", "apply_window"}:
-        from gpuspark.data import dicom
-
-        return getattr(dicom, name)
-    if name in {"prep_image", "ImageOptions"}:
-        from gpuspark.data import images
-
-        return getattr(images, name)
-    raise AttributeError(name)

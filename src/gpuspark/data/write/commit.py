@@ -1,0 +1,246 @@
+"""The commit protocol shared by every writer: stage, move into place, manifest last.
+
+A write stages its shards in ``<dataset>/_gpuspark_staging-<wid>/`` (invisible to readers,
+which only follow ``manifest.json``), moves finished shards to their final names, commits the
+manifest last with an atomic rename, then deletes the staging directory and, on overwrite,
+the previous dataset's shards. A failure at any point leaves either the old dataset or no
+dataset, never a half-written one. Leftovers of an interrupted write (staging directories,
+temporary files, shards no manifest names) are removed by the next write to the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from gpuspark.data import format as fmt
+from gpuspark.data.format import MANIFEST_NAME, DatasetExistsError, Manifest, ShardInfo
+from gpuspark.errors import GpusparkError
+
+__all__ = [
+    "STAGING_PREFIX",
+    "abort_write",
+    "build_manifest",
+    "check_split_name",
+    "commit",
+    "make_provenance",
+    "new_write_id",
+    "prepare_target",
+    "shard_name",
+    "staged_write",
+]
+
+STAGING_PREFIX = "_gpuspark_staging-"
+_SHARD_RE = re.compile(r"^[\w.=-]+-\d{5}-[0-9a-f]{8}\.tfrecord(\.idx)?$")
+
+
+# --------------------------------------------------------------------------- names
+
+
+def new_write_id() -> str:
+    """A fresh per-write id (8 hex digits), part of every shard name of one write."""
+    return uuid.uuid4().hex[:8]
+
+
+def shard_name(prefix: str, index: int, wid: str) -> str:
+    """The file name of shard ``index`` of split ``prefix`` (``part`` without splits)."""
+    return f"{prefix}-{index:05d}-{wid}.tfrecord"
+
+
+def check_split_name(split: str) -> str:
+    """``split`` if it can be part of a file name, else a :class:`GpusparkError`."""
+    if not re.fullmatch(r"[\w.=-]+", split):
+        raise GpusparkError(
+            f"split name {split!r} is not usable in a file name",
+            remedy="use letters, digits, '_', '-', '.' or '='",
+        )
+    return split
+
+
+# --------------------------------------------------------------------------- target directory
+
+
+def _is_leftover(name: str, keep: set[str]) -> bool:
+    """A file or directory an interrupted gpuspark write may have left behind."""
+    if name.startswith(STAGING_PREFIX) or name.startswith(".tmp-"):
+        return True
+    return bool(_SHARD_RE.match(name)) and name not in keep
+
+
+def prepare_target(root: str, overwrite: bool) -> Manifest | None:
+    """Check the target directory; return the current manifest (if overwriting one)."""
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise DatasetExistsError(f"{root} exists and is a file, not a dataset directory")
+    if not os.path.isdir(root):
+        os.makedirs(root, exist_ok=True)
+        return None
+    old = None
+    if os.path.exists(os.path.join(root, MANIFEST_NAME)):
+        if not overwrite:
+            raise DatasetExistsError(
+                f"{root} already holds a gpuspark dataset",
+                remedy="pass overwrite=True (--overwrite) to replace it, or choose another path",
+            )
+        old = fmt.load_manifest(root)
+    keep = _manifest_files(old)
+    # Files next to a committed dataset (e.g. prep's quarantine.parquet) belong to it and are
+    # left alone on overwrite; an uncommitted directory must hold only gpuspark leftovers.
+    others = (
+        []
+        if old is not None
+        else [
+            n
+            for n in os.listdir(root)
+            if n != MANIFEST_NAME and n not in keep and not _is_leftover(n, keep)
+        ]
+    )
+    if others:
+        raise DatasetExistsError(
+            f"{root} is not empty and is not a gpuspark dataset (found {sorted(others)[:3]})",
+            remedy="write to a new or empty directory",
+        )
+    _clean_leftovers(root, keep)
+    return old
+
+
+def _manifest_files(manifest: Manifest | None) -> set[str]:
+    if manifest is None:
+        return set()
+    return {p for s in manifest.shards for p in (s.path, s.index)}
+
+
+def _clean_leftovers(root: str, keep: set[str]) -> None:
+    """Remove staging dirs, temp files and unreferenced shards of interrupted writes."""
+    for name in os.listdir(root):
+        if _is_leftover(name, keep):
+            _remove(os.path.join(root, name))
+
+
+def _remove(path: str) -> None:
+    """Delete a file or directory tree; retry a tree a few times (late writers may race)."""
+    for _ in range(5):
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.2)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_write(
+    path: str | os.PathLike[str], overwrite: bool
+) -> Iterator[tuple[str, str, str, Manifest | None]]:
+    """``(root, staging dir, write id, manifest being replaced)`` of a write that ends in one
+    :func:`commit`; on any error the staging directory (and a root this write created) is
+    removed."""
+    root = os.path.abspath(os.fspath(path))
+    created_root = not os.path.exists(root)
+    old = prepare_target(root, overwrite)
+    wid = new_write_id()
+    staging = os.path.join(root, STAGING_PREFIX + wid)
+    os.mkdir(staging)
+    try:
+        yield root, staging, wid, old
+    except BaseException:
+        abort_write(root, staging, created_root)
+        raise
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def make_provenance(source: str, given: Mapping[str, Any] | None, **more: Any) -> dict[str, Any]:
+    """The manifest's provenance: source, gpuspark version, time, ``more``, then ``given``."""
+    from gpuspark import __version__
+
+    prov = {
+        "source": source,
+        "gpuspark_version": __version__,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **more,
+    }
+    prov.update(given or {})
+    return prov
+
+
+def build_manifest(
+    shards: Iterable[tuple[ShardInfo, str | None, dict[str, Any]]],
+    compression: str | None,
+    provenance: dict[str, Any],
+    extra: dict[str, Any],
+) -> Manifest:
+    """The manifest of ``(shard, split, shard schema)`` entries: shards sorted by name,
+    schemas of non-empty shards merged, splits listed."""
+    schema: dict[str, Any] = {}
+    infos: list[ShardInfo] = []
+    splits: dict[str, list[str]] = {}
+    for info, split, shard_schema in shards:
+        infos.append(info)
+        if info.records:
+            schema = fmt.merge_schema(schema, shard_schema)
+        if split is not None:
+            splits.setdefault(split, []).append(info.path)
+    infos.sort(key=lambda s: s.path)
+    splits = {name: sorted(paths) for name, paths in sorted(splits.items())}
+    return Manifest(
+        schema=schema,
+        shards=infos,
+        total_records=sum(s.records for s in infos),
+        compression=compression,
+        splits=splits,
+        provenance=provenance,
+        extra=extra,
+    )
+
+
+# --------------------------------------------------------------------------- commit / abort
+
+
+def commit(
+    root: str,
+    staged: list[tuple[str, ShardInfo]],
+    manifest: Manifest,
+    old: Manifest | None,
+    staging: str,
+) -> Manifest:
+    """Move staged shards into place, commit the manifest, then drop old shards and staging."""
+    for src, info in staged:
+        os.replace(src + ".idx", os.path.join(root, info.index))
+        os.replace(src, os.path.join(root, info.path))
+    fmt.write_manifest(root, manifest)
+    _fsync_dir(root)
+    new_files = _manifest_files(manifest)
+    for name in _manifest_files(old) - new_files:
+        _remove(os.path.join(root, name))
+    _remove(staging)
+    return manifest
+
+
+def _fsync_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def abort_write(root: str, staging: str, created_root: bool) -> None:
+    """Drop a write's staging directory, and ``root`` when this write created it (if empty)."""
+    _remove(staging)
+    if created_root:
+        with contextlib.suppress(OSError):
+            os.rmdir(root)  # only if still empty
