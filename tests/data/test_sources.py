@@ -29,7 +29,7 @@ from gpuspark.data.sources import (
     parse_split,
     read_labels,
 )
-from gpuspark.datasets import load_cohort, render_phantom, synth_ct, synth_images
+from gpuspark.demo import load_cohort, render_phantom, synth_ct, synth_images
 
 
 @pytest.fixture(scope="module")
