@@ -154,7 +154,7 @@ def main() -> None:
 
     from gpuspark.cluster.local import LocalCluster
     from gpuspark.data.prep import prep_dicom
-    from gpuspark.datasets import load_cohort, synth_ct
+    from gpuspark.demo import load_cohort, synth_ct
 
     work = Path(tempfile.mkdtemp(prefix="bench_prep-"))
     try:

@@ -23,7 +23,7 @@ from gpuspark.data.sources import (
     read_labels,
     resample,
 )
-from gpuspark.datasets import load_cohort, render_phantom, synth_ct
+from gpuspark.demo import load_cohort, render_phantom, synth_ct
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuspark.data.sources import ImageOptions, QuarantineError, class_of, prep_image
-from gpuspark.datasets import synth_images
+from gpuspark.demo import synth_images
 
 
 def test_fuzzed_images_never_crash(

@@ -12,7 +12,7 @@ import pytest
 from pydicom.data import get_testdata_file
 
 from gpuspark.data.format import decode_example, iter_records, load_manifest
-from gpuspark.datasets import load_cohort, synth_ct, synth_images
+from gpuspark.demo import load_cohort, synth_ct, synth_images
 
 pytestmark = pytest.mark.spark
 

@@ -31,9 +31,9 @@ def synth_ct(
     json: JsonOpt = False,
 ) -> None:
     """Synthetic CT cohort: DST/dicom/ series, DST/labels.csv (1 = lesion), DST/cohort.json."""
-    from gpuspark import datasets
+    from gpuspark import demo
 
-    res = datasets.synth_ct(dst, studies, seed, size=size, overwrite=overwrite)
+    res = demo.synth_ct(dst, studies, seed, size=size, overwrite=overwrite)
     if json:
         print_json(asdict(res))
         return
@@ -53,9 +53,9 @@ def synth_images(
     json: JsonOpt = False,
 ) -> None:
     """Image folder DST/<class>/<file>.jpg|png with one shape and hue per class."""
-    from gpuspark import datasets
+    from gpuspark import demo
 
-    res = datasets.synth_images(dst, classes, per_class, seed, overwrite=overwrite)
+    res = demo.synth_images(dst, classes, per_class, seed, overwrite=overwrite)
     if json:
         print_json(asdict(res))
         return

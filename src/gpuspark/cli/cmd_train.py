@@ -103,11 +103,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 
 def _score(m: dict[str, Any]) -> str:
-    parts = []
-    for key in ("val_acc", "val_auc", "val_top1"):
-        if m.get(key) is not None:
-            parts.append(f"{key[4:]} {m[key]:.3f}")
-    return ", ".join(parts)
+    """The recipe's validation scores (``val_<metric>``) of an epoch or of the best one."""
+    skip = {"val_samples", "val_s"}
+    scores = [(k[4:], v) for k, v in m.items() if k.startswith("val_") and k not in skip]
+    return ", ".join(f"{k} {v:.3f}" for k, v in scores if v is not None)
 
 
 def register(app: typer.Typer) -> None:

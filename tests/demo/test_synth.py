@@ -10,7 +10,7 @@ import pydicom
 import pytest
 
 from gpuspark.cli.main import main
-from gpuspark.datasets import DatasetExistsError, load_cohort, synth_ct, synth_images
+from gpuspark.demo import DatasetExistsError, load_cohort, synth_ct, synth_images
 
 
 def _digest(root: Path) -> str:
@@ -49,7 +49,7 @@ def test_synth_ct_is_deterministic_and_valid(tmp_path: Path) -> None:
 
 
 def test_synth_ct_lesions_about_half() -> None:
-    from gpuspark.datasets import cohort_params
+    from gpuspark.demo import cohort_params
 
     params = cohort_params(200, seed=0, size=32)
     share = sum(p.label for p in params) / len(params)

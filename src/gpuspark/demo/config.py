@@ -1,0 +1,42 @@
+"""Sizes of the flagship demo (:class:`DemoConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DemoConfig"]
+
+
+@dataclass
+class DemoConfig:
+    """Demo sizes; the defaults are what ``gpuspark demo`` runs."""
+
+    studies: int = 200
+    epochs: int = 12
+    out: str = "gpuspark-demo"
+    seed: int = 0
+    image_size: int = 64
+    """In-plane pixels of the synthetic DICOM slices."""
+    volume: int = 32
+    """Prepared volumes are resampled to ``volume``^3 voxels."""
+    depth: int = 10
+    width: float = 0.25
+    """MONAI ResNet ``widen_factor``: 0.25 gives 16/32/64/128 channels."""
+    stem_stride: int = 2
+    """Stride of the first convolution (MONAI ``conv1_t_stride``)."""
+    window: tuple[float, float] = (100.0, 100.0)
+    """Training window (level, width) in HU: lesions (+60 HU over 40 HU soft tissue) at 0.5,
+    soft tissue and liver near 0."""
+    batch_size: int = 8
+    lr: float = 2e-3
+    compression: str = "powersgd"
+    powersgd_rank: int = 2
+    powersgd_start_iter: int = 10
+    threads: int = 1
+    """torch threads per rank (2 ranks on 2 cores)."""
+    spec: str | None = None
+    """Cluster spec file whose shape the embedded cluster takes (default: the built-in one)."""
+    workers: int | None = None
+    """Override of the spec's Spark workers."""
+    cores: int | None = None
+    """Override of the cores each Spark worker offers (task slots follow)."""

@@ -1,0 +1,106 @@
+"""The demo's report: ``report.json`` figures from the run, ``report.png`` from the history."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gpuspark import storage
+from gpuspark.demo.config import DemoConfig
+
+__all__ = ["build_report", "plot_history", "write_report"]
+
+
+def build_report(
+    cfg: DemoConfig, cohort: Any, prep: Any, summary: dict[str, Any], timings: dict[str, float]
+) -> dict[str, Any]:
+    hist = summary["history"]
+    last = hist[-1]
+    seconds = sum(m["seconds"] for m in hist)
+    parts = {
+        k: sum(m[f"{k}_s"] for m in hist)
+        for k in ("data_wait", "compute", "comm_exposed", "optimizer", "other")
+    }
+    comm = summary["comm"]
+    after = summary["comm_after_start"]
+    return {
+        "config": asdict(cfg),
+        "studies": cohort.studies,
+        "dicom_files": cohort.files,
+        "lesions": cohort.lesions,
+        "prep": prep.as_dict(),
+        "splits": summary["splits"],
+        "model": {
+            "name": f"MONAI resnet{cfg.depth} (spatial_dims=3, widen_factor={cfg.width}, "
+            f"conv1_t_stride={cfg.stem_stride})",
+            "window_hu": list(cfg.window),
+            "parameters": summary["parameters"],
+            "input": [1, cfg.volume, cfg.volume, cfg.volume],
+        },
+        "world_size": summary["world_size"],
+        "backend": summary["backend"],
+        "samples_per_s": round(sum(m["samples"] for m in hist) / seconds, 3) if seconds else 0.0,
+        "step_time_breakdown": {
+            "seconds": {k: round(v, 3) for k, v in parts.items()},
+            "fractions": {k: round(v / seconds, 4) if seconds else 0.0 for k, v in parts.items()},
+        },
+        "bytes": {
+            "raw_total": comm["bytes_raw"],
+            "sent_total": comm["bytes_sent"],
+            "saved_fraction": round(1 - comm["bytes_sent"] / comm["bytes_raw"], 4)
+            if comm["bytes_raw"]
+            else 0.0,
+            "raw_per_step": last["bytes_raw_per_step"],
+            "sent_per_step_after_start": after["bytes_sent"] // max(1, after["steps"]),
+            "sent_over_raw_after_start": round(after["sent_over_raw"], 4),
+            "compression": cfg.compression,
+            "note": "raw = what the uncompressed all-reduce sends (the gradient buckets)",
+        },
+        "validation": {k: v for k, v in summary["best"].items() if k != "score"},
+        "final_val_auc": last.get("val_auc"),
+        "test": summary.get("test"),
+        "history": [
+            {
+                k: m.get(k)
+                for k in ("epoch", "loss", "lr", "samples_per_s", "val_acc", "val_auc", "seconds")
+            }
+            for m in hist
+        ],
+        "timings_s": {k: round(v, 2) for k, v in timings.items()},
+    }
+
+
+def plot_history(history: list[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Write a PNG of training loss and validation AUC per epoch (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [m["epoch"] + 1 for m in history]
+    fig, ax1 = plt.subplots(figsize=(6, 3.5), dpi=100)
+    ax1.plot(epochs, [m["loss"] for m in history], "o-", color="tab:blue", label="train loss")
+    ax1.set_xlabel("epoch")
+    ax1.set_ylabel("train loss", color="tab:blue")
+    ax2 = ax1.twinx()
+    aucs = [m.get("val_auc") for m in history]
+    ax2.plot(epochs, [a if a is not None else float("nan") for a in aucs], "s-", color="tab:red")
+    ax2.set_ylabel("validation AUC", color="tab:red")
+    ax2.set_ylim(0.0, 1.02)
+    ax1.set_title("gpuspark demo: resnet3d on synthetic CT")
+    fig.tight_layout()
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, final)
+    return final
+
+
+def write_report(report: dict[str, Any], out: Path) -> None:
+    """Write ``out/report.json`` (atomically) and ``out/report.png`` (the history plot)."""
+    storage.atomic_write_text(out / "report.json", json.dumps(report, indent=2, default=str))
+    plot_history(report["history"], out / "report.png")

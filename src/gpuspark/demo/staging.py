@@ -1,0 +1,38 @@
+"""Writing a generated directory so that it appears complete or not at all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from gpuspark.errors import DatasetExistsError
+
+__all__ = ["commit_dir", "staging_dir"]
+
+
+def staging_dir(dst: Path, overwrite: bool) -> Path:
+    """A new temporary directory beside ``dst`` to write into, then :func:`commit_dir`.
+
+    Raises :class:`DatasetExistsError` when ``dst`` is a non-empty directory and not
+    ``overwrite``.
+    """
+    if dst.exists() and any(dst.iterdir()) and not overwrite:
+        raise DatasetExistsError(
+            f"{dst} already exists and is not empty",
+            remedy="choose another destination or pass overwrite=True (--overwrite)",
+        )
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+
+
+def commit_dir(tmp: Path, dst: Path) -> None:
+    """Move a finished directory into place; an old one is removed only afterwards."""
+    old = None
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+        os.replace(dst, old)
+    os.replace(tmp, dst)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,74 @@
+"""Ready training recipes on gpuspark shards (MONAI networks).
+
+- ``resnet3d``: MONAI ResNet 10/18/34/50 with ``spatial_dims=3`` and one input channel on CT
+  volume shards from ``gpuspark prep dicom``; random flips and small intensity shifts;
+  validation accuracy and ROC AUC after each epoch; the best model exported to ``best.pt``.
+- ``resnet2d``: MONAI ResNet-50 with ``spatial_dims=2`` on image-folder shards from
+  ``gpuspark prep images``; validation top-1.
+
+A recipe is a :class:`Recipe` value registered by name (:func:`register_recipe`,
+:func:`get_recipe`); the shared code never branches on the name. :func:`train` is the
+per-rank function (call it inside :func:`gpuspark.launch.run`); :func:`run` checks the
+dataset against the recipe, launches :func:`train` on N processes (Spark by default) and
+returns rank 0's summary.
+
+==================  ===========================================================================
+``config``          :class:`RecipeConfig`, :func:`parse_window`
+``registry``        :class:`Recipe`, register / get, the dataset check
+``common``          augmentation and scores the recipes share
+``runner``          :func:`train` (per rank), :func:`run` (driver)
+``resnet3d``        the ``resnet3d`` recipe
+``resnet2d``        the ``resnet2d`` recipe
+==================  ===========================================================================
+
+Import from ``gpuspark.train.recipes``; the module layout behind it may change.
+"""
+
+from __future__ import annotations
+
+from gpuspark.errors import RecipeError
+from gpuspark.train.recipes.common import accuracy, augment, roc_auc
+from gpuspark.train.recipes.config import RESNET_DEPTHS, RecipeConfig, parse_window
+from gpuspark.train.recipes.registry import (
+    Decoder,
+    Recipe,
+    check_dataset,
+    get_recipe,
+    recipe_names,
+    register_recipe,
+    unregister_recipe,
+)
+from gpuspark.train.recipes.resnet2d import RESNET2D, decode_image
+from gpuspark.train.recipes.resnet3d import RESNET3D, VolumeDecode, decode_volume
+from gpuspark.train.recipes.runner import build_model, check_recipe, preflight, run, train
+
+RECIPES = recipe_names()
+"""Names of the built-in recipes (:func:`recipe_names` also lists ones registered later)."""
+
+__all__ = [
+    "RECIPES",
+    "RESNET2D",
+    "RESNET3D",
+    "RESNET_DEPTHS",
+    "Decoder",
+    "Recipe",
+    "RecipeConfig",
+    "RecipeError",
+    "VolumeDecode",
+    "accuracy",
+    "augment",
+    "build_model",
+    "check_dataset",
+    "check_recipe",
+    "decode_image",
+    "decode_volume",
+    "get_recipe",
+    "parse_window",
+    "preflight",
+    "recipe_names",
+    "register_recipe",
+    "roc_auc",
+    "run",
+    "train",
+    "unregister_recipe",
+]

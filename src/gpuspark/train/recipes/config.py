@@ -1,0 +1,99 @@
+"""Options of a recipe run (:class:`RecipeConfig`) and the training-window parser."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuspark.errors import RecipeError
+
+__all__ = ["RESNET_DEPTHS", "RecipeConfig", "parse_window"]
+
+RESNET_DEPTHS = (10, 18, 34, 50)
+"""The MONAI ResNet depths a recipe can build."""
+
+
+@dataclass
+class RecipeConfig:
+    """Options of a recipe run; all ranks get the same copy.
+
+    Options a recipe does not use are ignored by it (``depth`` by ``resnet2d``, ``window``
+    by recipes on images); which recipe reads what is said under each field.
+    """
+
+    data: str
+    """Dataset directory (or URL) written by ``gpuspark prep``."""
+    epochs: int = 10
+    batch_size: int = 8
+    """Per-rank batch size."""
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    compression: str | None = None
+    powersgd_rank: int = 2
+    powersgd_start_iter: int = 10
+    amp: str | None = None
+    depth: int = 18
+    """ResNet depth for ``resnet3d`` (10, 18, 34, 50); ``resnet2d`` is ResNet-50."""
+    width: float = 1.0
+    """MONAI ``widen_factor``: channel width multiplier (0.25 = 16/32/64/128 channels)."""
+    augment: bool = True
+    seed: int = 0
+    num_workers: int = 0
+    threads: int | None = None
+    """torch intra-op threads per rank (``None``: torch's default)."""
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    out: str | None = None
+    """Where ``best.pt`` and ``history.json`` go (default: ``checkpoint_dir``)."""
+    train_split: str = "train"
+    val_split: str = "val"
+    test_split: str | None = None
+    """Evaluate the best model on this split at the end (rank 0); ``None``: skip."""
+    num_classes: int | None = None
+    """Classes of ``resnet2d`` (default: from the manifest's label map)."""
+    window: tuple[float, float] | None = None
+    """``resnet3d``: re-window uint8 CT volumes to (level, width) HU (``None``: as stored)."""
+    pool: str = "avg"
+    """``resnet3d`` global pooling: ``"avg"`` (MONAI's) or ``"max"`` (small focal findings)."""
+    stem_stride: int = 1
+    """``resnet3d`` stride of the first 7^3 convolution (MONAI ``conv1_t_stride``); 2 cuts
+    the compute of the stem, the most expensive layer at full resolution, about 8x."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.depth not in RESNET_DEPTHS:
+            raise RecipeError(f"depth must be one of {RESNET_DEPTHS}, got: {self.depth}")
+        for name in ("epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise RecipeError(f"{name} must be >= 1, got: {getattr(self, name)}")
+        if self.pool not in ("avg", "max"):
+            raise RecipeError(f"pool must be 'avg' or 'max', got: {self.pool!r}")
+        if self.lr <= 0:
+            raise RecipeError(f"lr must be > 0, got: {self.lr}")
+
+    @property
+    def out_dir(self) -> str | None:
+        """Where ``best.pt`` and ``history.json`` go: ``out``, else ``checkpoint_dir``."""
+        return self.out or self.checkpoint_dir
+
+
+def parse_window(text: str | None) -> tuple[float, float] | None:
+    """``"100,100"`` -> ``(100.0, 100.0)`` (level, width in HU); ``None`` stays ``None``.
+
+    The training-time re-window of already prepared uint8 volumes. It is not
+    :func:`gpuspark.data.sources.parse_window`, which picks the window a DICOM series is
+    prepared with: that one takes presets (``soft-tissue``, ``lung``, ``bone``) and ``hu``
+    (raw units, no window) and returns a ``Window``; here ``None`` means "as stored".
+    """
+    if text is None:
+        return None
+    try:
+        level, width = (float(v) for v in text.split(","))
+    except ValueError as exc:
+        raise RecipeError(
+            f"window must be LEVEL,WIDTH in HU (e.g. 100,100), got: {text!r}"
+        ) from exc
+    if width <= 0:
+        raise RecipeError(f"window width must be > 0, got: {text!r}")
+    return level, width

@@ -1,0 +1,144 @@
+"""The recipe registry: a recipe is a :class:`Recipe` value registered under its name.
+
+Everything that differs between recipes (sample keys, decoder, network, class count,
+metrics) is a field of the value, so the shared code in :mod:`.runner` never looks at a
+recipe's name. A recipe module ends with ``register_recipe(Recipe(...))``, as torchtitan's
+``register_train_spec`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuspark.errors import RecipeError, did_you_mean
+
+if TYPE_CHECKING:
+    from gpuspark.data.format import Manifest
+    from gpuspark.train.recipes.config import RecipeConfig
+
+__all__ = [
+    "Decoder",
+    "Recipe",
+    "check_dataset",
+    "get_recipe",
+    "recipe_names",
+    "register_recipe",
+    "unregister_recipe",
+]
+
+Decoder = Callable[[dict[str, Any]], tuple[np.ndarray, int]]
+"""A shard sample -> ``(float32 model input without the batch axis, integer label)``."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A ready training recipe: what it reads, what it builds, how it is scored."""
+
+    name: str
+    """Registry key, the ``RECIPE`` of ``gpuspark train RECIPE``."""
+    description: str
+    """One line for listings and help."""
+    keys: tuple[str, ...]
+    """Sample keys every record of the dataset must have (checked before any rank starts)."""
+    build_model: Callable[[RecipeConfig, int], Any]
+    """``(config, num_classes) -> torch.nn.Module``."""
+    decoder: Callable[[RecipeConfig, Manifest], Decoder]
+    """``(config, manifest) -> decoder``; raises :class:`RecipeError` for options the
+    dataset cannot serve (called on the driver too, before the ranks start)."""
+    num_classes: Callable[[RecipeConfig, Manifest], int]
+    """``(config, manifest) -> classes`` of the network's output."""
+    metrics: Callable[[np.ndarray, np.ndarray], dict[str, float | None]]
+    """``(softmax probabilities [N, C], labels [N]) -> scores`` by name (``{"acc": ...}``);
+    validation reports them as ``val_<name>``, the test split under their own names."""
+    best_by: tuple[str, ...]
+    """Metric names, most preferred first: the best epoch has the highest value of the first
+    one that is not ``None`` (e.g. AUC, else accuracy when a split has one class)."""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.keys or not self.best_by:
+            raise RecipeError(
+                f"recipe {self.name!r} needs a name, sample keys and best_by metrics, got: "
+                f"keys={self.keys}, best_by={self.best_by}"
+            )
+
+    def score(self, metrics: dict[str, float | None]) -> float:
+        """The value that ranks epochs: the first of ``best_by`` present in ``metrics``."""
+        for name in self.best_by:
+            value = metrics.get(name)
+            if value is not None:
+                return float(value)
+        return float("-inf")
+
+
+_REGISTRY: dict[str, Recipe] = {}
+
+
+def register_recipe(recipe: Recipe, *, replace: bool = False) -> Recipe:
+    """Make ``recipe`` available under ``recipe.name``; returns it.
+
+    A name is registered once: registering it again raises unless ``replace=True``.
+    """
+    if recipe.name in _REGISTRY and not replace:
+        raise RecipeError(
+            f"recipe {recipe.name!r} is already registered",
+            remedy="pick another name, or pass replace=True to replace it",
+        )
+    _REGISTRY[recipe.name] = recipe
+    return recipe
+
+
+def unregister_recipe(name: str) -> Recipe:
+    """Remove the recipe ``name`` from the registry and return it."""
+    recipe = get_recipe(name)
+    del _REGISTRY[name]
+    return recipe
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe registered as ``name``; an unknown name raises with the choices."""
+    recipe = _REGISTRY.get(name)
+    if recipe is None:
+        names = recipe_names()
+        raise RecipeError(
+            f"recipe {name!r} is unknown{did_you_mean(name, names)}",
+            remedy="use one of: " + ", ".join(names),
+        )
+    return recipe
+
+
+def recipe_names() -> tuple[str, ...]:
+    """Names of the registered recipes, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def check_dataset(recipe: Recipe, manifest: Manifest, dataset: str) -> None:
+    """Raise :class:`RecipeError` unless every record of ``dataset`` has ``recipe.keys``.
+
+    ``manifest`` is the dataset's (its schema counts the records having each key). The
+    message names the first missing key, the dataset, its keys and the recipes that fit it.
+    """
+    total = manifest.total_records
+    for key in recipe.keys:
+        count = int((manifest.schema.get(key) or {}).get("count", 0))
+        if count >= total:
+            continue
+        has = "no" if count == 0 else f"{count} of {total} records with"
+        fits = [r.name for r in _REGISTRY.values() if _has_keys(manifest, r.keys)]
+        raise RecipeError(
+            f"recipe {recipe.name!r} needs sample key {key!r}; dataset {dataset} has {has} "
+            f"{key!r} (its keys: {', '.join(sorted(manifest.schema)) or 'none'})",
+            remedy=(
+                f"train a recipe that fits this dataset: {', '.join(fits)}"
+                if fits
+                else f"prepare data with the keys {', '.join(recipe.keys)} (gpuspark prep)"
+            ),
+        )
+
+
+def _has_keys(manifest: Manifest, keys: tuple[str, ...]) -> bool:
+    schema, total = manifest.schema, manifest.total_records
+    return all(int((schema.get(k) or {}).get("count", 0)) >= total for k in keys)

@@ -1,0 +1,273 @@
+"""The shared recipe runner: :func:`train` on each rank, :func:`run` on the driver.
+
+Nothing here depends on which recipe runs: the :class:`~.registry.Recipe` value supplies
+the decoder, the network, the class count and the metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpuspark import storage
+from gpuspark.train.recipes.common import augment
+from gpuspark.train.recipes.config import RecipeConfig
+from gpuspark.train.recipes.registry import Decoder, Recipe, check_dataset, get_recipe
+
+__all__ = ["build_model", "check_recipe", "preflight", "run", "train"]
+
+
+def check_recipe(name: str) -> str:
+    """Return ``name`` if it is a registered recipe, else raise with the choices."""
+    return get_recipe(name).name
+
+
+def build_model(name: str, cfg: RecipeConfig, num_classes: int) -> Any:
+    """The network of recipe ``name``."""
+    return get_recipe(name).build_model(cfg, num_classes)
+
+
+def preflight(name: str, cfg: RecipeConfig) -> Recipe:
+    """Check recipe ``name`` against ``cfg.data`` before any rank starts; return the recipe.
+
+    Reads the dataset's manifest: every sample key the recipe needs must be in every record,
+    the options must suit the data (e.g. a re-window needs uint8 volumes) and the class count
+    must be known. Raises :class:`~gpuspark.errors.RecipeError` (or ``NotADatasetError``).
+    """
+    from gpuspark.data import format as fmt
+
+    recipe = get_recipe(name)
+    manifest = fmt.load_manifest(cfg.data)
+    check_dataset(recipe, manifest, fmt.dataset_root(cfg.data))
+    recipe.decoder(cfg, manifest)
+    recipe.num_classes(cfg, manifest)
+    return recipe
+
+
+# -- data ------------------------------------------------------------------------------------
+
+
+def _eval_dataset(cfg: RecipeConfig, decode: Decoder, split: str) -> Any:
+    """A split read whole by one process (rank 0): exact metrics, no padding duplicates."""
+    from gpuspark.data.load import ShardDataset, World
+
+    return ShardDataset(
+        cfg.data, decode=decode, split=split, shuffle=False, drop_last=False, world=World()
+    )
+
+
+def _split_sizes(ds: Any) -> dict[str, int]:
+    counts = {s.path: s.records for s in ds.manifest.shards}
+    return {k: sum(counts[p] for p in v) for k, v in ds.manifest.splits.items()}
+
+
+# -- evaluation ------------------------------------------------------------------------------
+
+
+def _predict(model: Any, val: Any, batch_size: int, device: Any) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+
+    from gpuspark.train import ddp
+
+    net = getattr(model, "module", model)
+    net.eval()
+    probs, labels = [], []
+    with torch.no_grad(), ddp.autocast(model):
+        for x, y in val.loader(batch_size, pin_memory=False):
+            out = net(x.to(device)).float().softmax(1)
+            probs.append(out.cpu().numpy())
+            labels.append(y.numpy())
+    net.train()
+    return np.concatenate(probs), np.concatenate(labels)
+
+
+def _evaluator(recipe: Recipe, cfg: RecipeConfig, val: Any, best: dict[str, Any]) -> Any:
+    """Rank 0 scores ``val`` after each epoch and exports the best model so far."""
+    import torch.distributed as dist
+
+    def evaluate(model: Any, epoch: int) -> dict[str, Any]:
+        if dist.get_rank() != 0:
+            return {}
+        t0 = time.perf_counter()
+        probs, labels = _predict(model, val, cfg.batch_size, model.gpuspark_info.device)
+        scores = recipe.metrics(probs, labels)
+        out: dict[str, Any] = {"val_samples": len(labels)}
+        out.update({f"val_{k}": v for k, v in scores.items()})
+        out["val_s"] = round(time.perf_counter() - t0, 3)
+        score = recipe.score(scores)
+        if score >= best.get("score", -1.0):
+            best.update(score=score, epoch=epoch, **out)
+            _export_best(model, recipe, cfg, epoch, out)
+        return out
+
+    return evaluate
+
+
+def _export_best(
+    model: Any, recipe: Recipe, cfg: RecipeConfig, epoch: int, scores: dict[str, Any]
+) -> None:
+    import torch
+
+    if not cfg.out_dir:
+        return
+    final = Path(cfg.out_dir) / "best.pt"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".best.pt.tmp-{os.getpid()}")
+    payload = {
+        "recipe": recipe.name,
+        "epoch": epoch,
+        "scores": scores,
+        "config": asdict(cfg),
+        "model": getattr(model, "module", model).state_dict(),
+    }
+    torch.save(payload, tmp)
+    tmp.replace(final)
+
+
+def _test(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, model: Any) -> dict[str, Any]:
+    """Scores of the best exported model (else the final one) on ``cfg.test_split``."""
+    import torch
+
+    best = Path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
+    net = getattr(model, "module", model)
+    epoch = None
+    if best is not None and best.exists():
+        payload = torch.load(best, map_location="cpu", weights_only=False)
+        net.load_state_dict(payload["model"])
+        epoch = payload["epoch"]
+    ds = _eval_dataset(cfg, decode, str(cfg.test_split))
+    probs, labels = _predict(model, ds, cfg.batch_size, model.gpuspark_info.device)
+    out: dict[str, Any] = {"split": cfg.test_split, "samples": len(labels), "epoch": epoch}
+    out.update(recipe.metrics(probs, labels))
+    return out
+
+
+# -- the per-rank function -------------------------------------------------------------------
+
+
+def train(name: str, cfg: RecipeConfig) -> dict[str, Any]:
+    """Train recipe ``name`` on this rank (one of the launched processes); collective.
+
+    Returns a summary on every rank (rank 0's has the validation scores): the per-epoch
+    metrics, the best epoch and its scores, dataset sizes and the model's parameter count.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from gpuspark.data import format as fmt
+    from gpuspark.data.load import ShardDataset
+    from gpuspark.train import ddp
+    from gpuspark.train.loop import FitConfig, fit
+
+    recipe = get_recipe(name)
+    manifest = fmt.load_manifest(cfg.data)
+    check_dataset(recipe, manifest, fmt.dataset_root(cfg.data))
+    decode = recipe.decoder(cfg, manifest)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    train_ds = ShardDataset(cfg.data, decode=decode, split=cfg.train_split, seed=cfg.seed)
+    val_ds = _eval_dataset(cfg, decode, cfg.val_split)
+    net = recipe.build_model(cfg, recipe.num_classes(cfg, train_ds.manifest))
+    model = ddp.prepare(
+        net,
+        compression=cfg.compression,
+        powersgd_rank=cfg.powersgd_rank,
+        powersgd_start_iter=cfg.powersgd_start_iter,
+        amp=cfg.amp,
+    )
+    torch.manual_seed(cfg.seed * 1000 + dist.get_rank())  # per-rank augmentation stream
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
+    device_type = str(model.gpuspark_info.device.type)
+    scaler = torch.amp.GradScaler(device_type) if cfg.amp == "fp16" else None
+    loader = train_ds.loader(cfg.batch_size, num_workers=cfg.num_workers)
+    best: dict[str, Any] = {}
+    history = fit(
+        model,
+        opt,
+        torch.nn.functional.cross_entropy,
+        loader,
+        dataset=train_ds,
+        scheduler=sched,
+        scaler=scaler,
+        evaluate=_evaluator(recipe, cfg, val_ds, best),
+        transform=augment if cfg.augment else None,
+        config=FitConfig(
+            epochs=cfg.epochs,
+            checkpoint_dir=cfg.checkpoint_dir,
+            checkpoint_every=cfg.checkpoint_every,
+            resume=cfg.resume,
+        ),
+    )
+    meter = ddp.comm_meter(model)
+    rank0 = dist.get_rank() == 0
+    test = _test(recipe, cfg, decode, model) if cfg.test_split and rank0 else None
+    summary = {
+        "recipe": recipe.name,
+        "world_size": dist.get_world_size(),
+        "backend": str(dist.get_backend()),
+        "device": str(model.gpuspark_info.device),
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "splits": _split_sizes(train_ds),
+        "history": history,
+        "best": best,
+        "comm": meter.totals(),
+        "comm_after_start": meter.totals(since=cfg.powersgd_start_iter)
+        if cfg.compression == "powersgd"
+        else meter.totals(),
+        "loader": loader.stats(),
+        "test": test,
+    }
+    if rank0 and cfg.out_dir:
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        text = json.dumps(summary, indent=2, default=str)
+        storage.atomic_write_text(Path(cfg.out_dir) / "history.json", text)
+    return summary
+
+
+# -- launching -------------------------------------------------------------------------------
+
+
+def run(
+    name: str,
+    cfg: RecipeConfig,
+    *,
+    num_processes: int = 2,
+    gpus_per_process: float = 1,
+    spark: Any = None,
+    master: str | None = None,
+    spec: Any = None,
+    local: bool = False,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Launch :func:`train` on ``num_processes`` ranks and return rank 0's summary.
+
+    The dataset is checked against the recipe first (:func:`preflight`), on this process.
+    Ranks run in a Spark barrier stage on ``spark``, else on ``master`` or the spec's master
+    (the embedded cluster by default, started for the job when none runs; see
+    :func:`gpuspark.cluster.session.job_session`); with ``local=True`` they are plain
+    processes of this machine.
+    """
+    from gpuspark import launch
+
+    recipe = preflight(name, cfg)
+    kwargs: dict[str, Any] = {
+        "num_processes": num_processes,
+        "gpus_per_process": gpus_per_process,
+        "timeout": timeout,
+        "env": env,
+    }
+    if local:
+        return launch.run(train, recipe.name, cfg, local=True, **kwargs)
+    from gpuspark.cluster.session import JobKind, job_session
+
+    with job_session(JobKind.TRAINING, spark=spark, master=master, spec=spec) as sp:
+        return launch.run(train, recipe.name, cfg, spark=sp, **kwargs)
