@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -86,15 +86,6 @@ def _report(exc: BaseException) -> int:
     return 1
 
 
-def _click_exception() -> Any:
-    """click's base exception: recent typer releases vendor click as ``typer._click``."""
-    try:
-        from click import ClickException
-    except ImportError:
-        from typer._click.exceptions import ClickException
-    return ClickException
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
     try:
@@ -109,10 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         sys.stderr.write("aborted\n")
         return 1
-    except Exception as exc:  # click usage errors carry their own exit code
-        if isinstance(exc, _click_exception()):
-            exc.show()
-            return exc.exit_code
+    except Exception as exc:
+        # Usage errors are click exceptions: they show themselves and carry their exit code.
+        # typer vendors click privately, so they are recognised by that interface, not by class.
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            return code
         raise
     return rc if isinstance(rc, int) else 0
 

@@ -1,0 +1,152 @@
+"""The package layout keeps its promises (design.md, "Module map"): small modules, no private
+name used across modules, no import cycles at module level, heavy imports kept out of the CLI's
+start-up. These read the source; nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "gpuspark"
+MAX_LINES = 500
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _package_of(module: str) -> str:
+    path = MODULES[module]
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = _package_of(module).split(".")
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _may_use_private_module(importer: str, target: str) -> bool:
+    """``pkg._internal.x`` is private to ``pkg``: its own modules may import it."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if _is_private(part):
+            owner = ".".join(parts[:i])
+            return importer == owner or importer.startswith(owner + ".")
+    return True
+
+
+def test_no_module_over_the_size_limit() -> None:
+    long = {
+        name: n
+        for name, path in MODULES.items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_private_name_crosses_modules(module: str) -> None:
+    tree = ast.parse(MODULES[module].read_text())
+    imported_modules: dict[str, str] = {}
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node)
+            if not target.startswith("gpuspark"):
+                continue
+            if not _may_use_private_module(module, target):
+                problems.append(f"imports private module {target}")
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                if full in MODULES:
+                    imported_modules[alias.asname or alias.name] = full
+                    if not _may_use_private_module(module, full):
+                        problems.append(f"imports private module {full}")
+                elif _is_private(alias.name) and target != module:
+                    problems.append(f"imports {alias.name} from {target}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("gpuspark") and alias.asname:
+                    imported_modules[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in imported_modules
+            and _is_private(node.attr)
+        ):
+            problems.append(f"uses {imported_modules[node.value.id]}.{node.attr}")
+    assert not problems, f"{module}: {problems}"
+
+
+def _module_level_imports(module: str) -> set[str]:
+    tree = ast.parse(MODULES[module].read_text())
+    out = set()
+    for node in tree.body:  # module level only: imports inside functions are lazy by design
+        if isinstance(node, ast.If):  # `if TYPE_CHECKING:` blocks do not run
+            continue
+        if isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node)
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                out.add(full if full in MODULES else target)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in MODULES and m != module}
+
+
+def test_no_import_cycles_at_module_level() -> None:
+    graph = {m: _module_level_imports(m) for m in MODULES}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = [*stack[stack.index(nxt) :], nxt]
+                raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+HEAVY = ("torch", "pyspark", "monai", "pydicom", "pandas", "pyarrow", "matplotlib")
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith("gpuspark.cli")])
+def test_cli_modules_import_nothing_heavy_at_start(module: str) -> None:
+    tree = ast.parse(MODULES[module].read_text())
+    for node in tree.body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        heavy = [n for n in names if n.split(".")[0] in HEAVY]
+        assert not heavy, f"{module} imports {heavy} at start-up"
