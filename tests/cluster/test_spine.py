@@ -70,58 +70,47 @@ def _down(tmp_path: Path, state: Path) -> None:
     _cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
 
 
-def test_readme_quickstart_sequence_as_written(tmp_path: Path) -> None:
-    """cluster up -> launch -n 2 script.py (GPU ranks, CPU ranks) -> a data job -> down."""
-    state = tmp_path / "state"
-    (tmp_path / "train.py").write_text(DDP_SCRIPT)
-    try:
-        up = _ok(_cli("cluster", "up", cwd=tmp_path, state=state))
-        assert "simulated" in up
-        out = _ok(_cli("launch", "-n", "2", "train.py", cwd=tmp_path, state=state))
-        assert "rank 0 of 2 sum 3" in out and "rank 1 of 2 sum 3" in out
-        out = _ok(
-            _cli(
-                "launch",
-                "-n",
-                "2",
-                "--gpus-per-process",
-                "0",
-                "train.py",
-                cwd=tmp_path,
-                state=state,
-            )
-        )
-        assert "rank 1 of 2 sum 3" in out
-        out = _ok(_cli("launch", "-n", "4", "train.py", cwd=tmp_path, state=state))
-        assert "rank 3 of 4 sum 10" in out
-        synth = ("datasets", "synth-images", "data/images", "--classes", "2", "--per-class", "4")
-        _ok(_cli(*synth, cwd=tmp_path, state=state))
-        prep = ("prep", "images", "data/images", "data/img-shards", "--world-size", "2")
-        _ok(_cli(*prep, cwd=tmp_path, state=state))
-        assert (tmp_path / "data" / "img-shards" / "manifest.json").exists()
-        _driver_logs_clean(state, expected=4)  # 3 launches (training) + 1 prep (data)
-    finally:
-        down = _cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
-    assert down.returncode == 0 and "stopped" in down.stdout
+def _readme_block(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(f"## {title}") :]
+    start = section.index("```bash\n") + len("```bash\n")
+    return section[start : section.index("\n```\n", start)]
 
 
-def test_launch_without_a_cluster_starts_one_and_stops_it(tmp_path: Path) -> None:
+def test_readme_quickstart_runs_exactly_as_written(tmp_path: Path) -> None:
+    """README "Quickstart on this machine": cluster up -> launch -n 2 (GPU ranks, CPU ranks) ->
+    a data job -> cluster down -> launch with no cluster running (starts one, stops it)."""
     from gpuspark.cluster.local import LocalCluster
 
+    block = _readme_block("Quickstart on this machine")
+    assert "gpuspark cluster up" in block and "--gpus-per-process 0" in block
     state = tmp_path / "state"
-    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+    env = {**os.environ, "GPUSPARK_STATE_DIR": str(state), "PYSPARK_PYTHON": sys.executable}
+    env["GPUSPARK_LOG_DIR"] = str(state / "driver-logs")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env.pop("GPUSPARK_SPEC", None)
+    script = "set -euo pipefail\n" + block
     try:
-        out = _ok(_cli("launch", "-n", "2", "train.py", cwd=tmp_path, state=state))
+        proc = subprocess.run(
+            ["bash", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=540,
+        )
     finally:
-        running = LocalCluster.running(state)
-        if running is not None:
-            running.stop()
-    assert "rank 1 of 2 sum 3" in out
-    assert "starting one for this job" in out
-    assert "Spark driver log:" in out
-    _driver_logs_clean(state, expected=1)
-    assert running is None  # stopped after the job
-    assert not (state / "cluster.json").exists()
+        leftover = LocalCluster.running(state)
+        if leftover is not None:
+            leftover.stop()
+    out = _ok(proc)
+    assert out.count("rank 0 of 2: sum 3") == 3 and out.count("rank 1 of 2: sum 3") == 3
+    assert "simulated" in out
+    assert "starting one for this job" in out  # the last launch, with no cluster running
+    assert leftover is None  # ... and it stopped the cluster it started
+    assert (tmp_path / "data" / "img-shards" / "manifest.json").exists()
+    # 3 launches (training sessions) + 1 prep (data session): each its own driver log
+    _driver_logs_clean(state, expected=4)
 
 
 def _rendezvous_probe(root: str, expected: int) -> Any:
