@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpuspark.demo import DemoConfig, build_report, write_report
+from gpuspark.train.recipes.summary import TrainSummary
 
 
 def _epoch(epoch: int, auc: float | None) -> dict[str, Any]:
@@ -25,17 +26,19 @@ def test_report_figures_json_and_plot(tmp_path: Path) -> None:
     cfg = DemoConfig(studies=4, epochs=2, out=str(tmp_path))
     cohort = SimpleNamespace(studies=4, files=120, lesions=2)
     prep = SimpleNamespace(as_dict=lambda: {"rows": 4, "quarantined": 0})
-    summary = {
-        "history": [_epoch(0, None), _epoch(1, 0.75)],
-        "splits": {"train": 2, "val": 1, "test": 1},
-        "parameters": 1234,
-        "world_size": 2,
-        "backend": "gloo",
-        "comm": {"bytes_raw": 4000, "bytes_sent": 1000},
-        "comm_after_start": {"bytes_sent": 300, "steps": 3, "sent_over_raw": 0.1},
-        "best": {"score": 0.75, "epoch": 1, "val_auc": 0.75},
-        "test": {"acc": 1.0, "auc": None},
-    }
+    summary = TrainSummary(
+        recipe="resnet3d",
+        world_size=2,
+        backend="gloo",
+        device="cpu",
+        parameters=1234,
+        splits={"train": 2, "val": 1, "test": 1},
+        history=[_epoch(0, None), _epoch(1, 0.75)],
+        best={"score": 0.75, "epoch": 1, "val_auc": 0.75},
+        comm={"bytes_raw": 4000, "bytes_sent": 1000},
+        comm_after_start={"bytes_sent": 300, "steps": 3, "sent_over_raw": 0.1},
+        test={"acc": 1.0, "auc": None},
+    )
     report = build_report(cfg, cohort, prep, summary, {"total_s": 9.0})
     assert report["samples_per_s"] == 20.0 and report["final_val_auc"] == 0.75
     assert report["bytes"]["saved_fraction"] == 0.75

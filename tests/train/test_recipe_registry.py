@@ -190,6 +190,6 @@ def test_runner_trains_a_newly_registered_recipe(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    assert summary["recipe"] == "toy-linear" and len(summary["history"]) == 2
-    assert set(summary["best"]) >= {"epoch", "val_acc", "val_samples"}
+    assert summary.recipe == "toy-linear" and len(summary.history) == 2
+    assert set(summary.best) >= {"epoch", "val_acc", "val_samples"}
     assert (tmp_path / "o" / "best.pt").exists() and (tmp_path / "o" / "history.json").exists()

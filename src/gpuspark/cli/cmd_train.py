@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, echo, print_json, print_table
+
+if TYPE_CHECKING:
+    from gpuspark.train.recipes import TrainSummary
 
 
 def train(
@@ -72,14 +75,14 @@ def train(
         local=local,
     )
     if json_out:
-        print_json(summary)
+        print_json(summary.as_dict())
         return
     _print_summary(summary)
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: TrainSummary) -> None:
     rows = []
-    for m in summary["history"]:
+    for m in summary.history:
         f = m["fractions"]
         rows.append(
             [
@@ -93,11 +96,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
             ]
         )
     print_table(
-        f"{summary['recipe']} on {summary['world_size']} ranks ({summary['backend']})",
+        f"{summary.recipe} on {summary.world_size} ranks ({summary.backend})",
         ["epoch", "loss", "samples/s", "data/compute/comm/opt", "MB sent/raw per step", "val"],
         rows,
     )
-    best = summary.get("best") or {}
+    best = summary.best
     if best:
         echo(f"best epoch {best.get('epoch')}: {_score(best)}")
 

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuspark.demo.config import DemoConfig
 from gpuspark.demo.report import build_report, write_report
+
+if TYPE_CHECKING:
+    from gpuspark.train.recipes.summary import TrainSummary
 
 __all__ = ["run_demo"]
 
@@ -46,7 +49,7 @@ def run_demo(cfg: DemoConfig, *, log: Any = print, spark: Any = None) -> dict[st
 
 def _on_embedded_cluster(
     cfg: DemoConfig, out: Path, timings: dict[str, float], log: Any
-) -> tuple[Any, Any, dict[str, Any]]:
+) -> tuple[Any, Any, TrainSummary]:
     from gpuspark.cluster.local import LocalCluster
     from gpuspark.spec import resolve_spec
 
@@ -73,7 +76,7 @@ def _on_embedded_cluster(
 
 def _pipeline(
     cfg: DemoConfig, out: Path, spark: Any, timings: dict[str, float], log: Any
-) -> tuple[Any, Any, dict[str, Any]]:
+) -> tuple[Any, Any, TrainSummary]:
     from gpuspark.data.prep import prep_dicom
     from gpuspark.demo.synth_ct import synth_ct
     from gpuspark.train import recipes
@@ -117,7 +120,7 @@ def _pipeline(
     t0 = time.perf_counter()
     summary = recipes.run("resnet3d", rcfg, num_processes=2, spark=spark)
     timings["train_s"] = time.perf_counter() - t0
-    log(f"train: {len(summary['history'])} epochs in {timings['train_s']:.1f} s")
+    log(f"train: {len(summary.history)} epochs in {timings['train_s']:.1f} s")
     return cohort, prep, summary
 
 

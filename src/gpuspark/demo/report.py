@@ -6,42 +6,46 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuspark import storage
 from gpuspark.demo.config import DemoConfig
+
+if TYPE_CHECKING:
+    from gpuspark.train.recipes import TrainSummary
 
 __all__ = ["build_report", "plot_history", "write_report"]
 
 
 def build_report(
-    cfg: DemoConfig, cohort: Any, prep: Any, summary: dict[str, Any], timings: dict[str, float]
+    cfg: DemoConfig, cohort: Any, prep: Any, summary: TrainSummary, timings: dict[str, float]
 ) -> dict[str, Any]:
-    hist = summary["history"]
+    """The figures of ``report.json`` from the run's parts."""
+    hist = summary.history
     last = hist[-1]
     seconds = sum(m["seconds"] for m in hist)
     parts = {
         k: sum(m[f"{k}_s"] for m in hist)
         for k in ("data_wait", "compute", "comm_exposed", "optimizer", "other")
     }
-    comm = summary["comm"]
-    after = summary["comm_after_start"]
+    comm = summary.comm
+    after = summary.comm_after_start
     return {
         "config": asdict(cfg),
         "studies": cohort.studies,
         "dicom_files": cohort.files,
         "lesions": cohort.lesions,
         "prep": prep.as_dict(),
-        "splits": summary["splits"],
+        "splits": summary.splits,
         "model": {
             "name": f"MONAI resnet{cfg.depth} (spatial_dims=3, widen_factor={cfg.width}, "
             f"conv1_t_stride={cfg.stem_stride})",
             "window_hu": list(cfg.window),
-            "parameters": summary["parameters"],
+            "parameters": summary.parameters,
             "input": [1, cfg.volume, cfg.volume, cfg.volume],
         },
-        "world_size": summary["world_size"],
-        "backend": summary["backend"],
+        "world_size": summary.world_size,
+        "backend": summary.backend,
         "samples_per_s": round(sum(m["samples"] for m in hist) / seconds, 3) if seconds else 0.0,
         "step_time_breakdown": {
             "seconds": {k: round(v, 3) for k, v in parts.items()},
@@ -59,9 +63,9 @@ def build_report(
             "compression": cfg.compression,
             "note": "raw = what the uncompressed all-reduce sends (the gradient buckets)",
         },
-        "validation": {k: v for k, v in summary["best"].items() if k != "score"},
+        "validation": {k: v for k, v in summary.best.items() if k != "score"},
         "final_val_auc": last.get("val_auc"),
-        "test": summary.get("test"),
+        "test": summary.test,
         "history": [
             {
                 k: m.get(k)

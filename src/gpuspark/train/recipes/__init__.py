@@ -41,6 +41,7 @@ from gpuspark.train.recipes.registry import (
 from gpuspark.train.recipes.resnet2d import RESNET2D, decode_image
 from gpuspark.train.recipes.resnet3d import RESNET3D, VolumeDecode, decode_volume
 from gpuspark.train.recipes.runner import build_model, check_recipe, preflight, run, train
+from gpuspark.train.recipes.summary import TrainSummary
 
 RECIPES = recipe_names()
 """Names of the built-in recipes (:func:`recipe_names` also lists ones registered later)."""
@@ -54,6 +55,7 @@ __all__ = [
     "Recipe",
     "RecipeConfig",
     "RecipeError",
+    "TrainSummary",
     "VolumeDecode",
     "accuracy",
     "augment",

@@ -19,6 +19,7 @@ from gpuspark import storage
 from gpuspark.train.recipes.common import augment
 from gpuspark.train.recipes.config import RecipeConfig
 from gpuspark.train.recipes.registry import Decoder, Recipe, check_dataset, get_recipe
+from gpuspark.train.recipes.summary import TrainSummary
 
 __all__ = ["build_model", "check_recipe", "preflight", "run", "train"]
 
@@ -151,7 +152,7 @@ def _test(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, model: Any) -> dic
 # -- the per-rank function -------------------------------------------------------------------
 
 
-def train(name: str, cfg: RecipeConfig) -> dict[str, Any]:
+def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     """Train recipe ``name`` on this rank (one of the launched processes); collective.
 
     Returns a summary on every rank (rank 0's has the validation scores): the per-epoch
@@ -209,25 +210,25 @@ def train(name: str, cfg: RecipeConfig) -> dict[str, Any]:
     meter = ddp.comm_meter(model)
     rank0 = dist.get_rank() == 0
     test = _test(recipe, cfg, decode, model) if cfg.test_split and rank0 else None
-    summary = {
-        "recipe": recipe.name,
-        "world_size": dist.get_world_size(),
-        "backend": str(dist.get_backend()),
-        "device": str(model.gpuspark_info.device),
-        "parameters": sum(p.numel() for p in net.parameters()),
-        "splits": _split_sizes(train_ds),
-        "history": history,
-        "best": best,
-        "comm": meter.totals(),
-        "comm_after_start": meter.totals(since=cfg.powersgd_start_iter)
+    summary = TrainSummary(
+        recipe=recipe.name,
+        world_size=dist.get_world_size(),
+        backend=str(dist.get_backend()),
+        device=str(model.gpuspark_info.device),
+        parameters=sum(p.numel() for p in net.parameters()),
+        splits=_split_sizes(train_ds),
+        history=history,
+        best=best,
+        comm=meter.totals(),
+        comm_after_start=meter.totals(since=cfg.powersgd_start_iter)
         if cfg.compression == "powersgd"
         else meter.totals(),
-        "loader": loader.stats(),
-        "test": test,
-    }
+        loader=loader.stats(),
+        test=test,
+    )
     if rank0 and cfg.out_dir:
         Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        text = json.dumps(summary, indent=2, default=str)
+        text = json.dumps(summary.as_dict(), indent=2, default=str)
         storage.atomic_write_text(Path(cfg.out_dir) / "history.json", text)
     return summary
 
@@ -247,7 +248,7 @@ def run(
     local: bool = False,
     timeout: float | None = None,
     env: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> TrainSummary:
     """Launch :func:`train` on ``num_processes`` ranks and return rank 0's summary.
 
     The dataset is checked against the recipe first (:func:`preflight`), on this process.
