@@ -6,6 +6,7 @@ import io
 import json
 import os
 import random
+import re
 import struct
 from pathlib import Path
 
@@ -432,3 +433,26 @@ def test_cli_inspect_and_verify(tmp_path: Path, capsys):
     assert "CRC" in capsys.readouterr().out
     assert main(["shards", "verify", str(tmp_path)]) == 1
     assert "not a gpuspark dataset" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"version": 1}', "no 'schema'"),
+        ('{"version": 1, "schema": {}, "shards": [], "total_records": 3}', "total_records=3"),
+        (
+            '{"version": 1, "schema": {}, "shards": [{"path": "a"}], "total_records": 0}',
+            "no 'records'",
+        ),
+        ('{"version": "1", "schema": {}, "shards": [], "total_records": 0}', "version='1'"),
+        ("[1, 2]", "expected an object"),
+    ],
+)
+def test_manifest_that_fails_its_schema_is_not_a_dataset(tmp_path, text: str, problem: str) -> None:
+    """`shards verify` once printed "ok" for a manifest.json of just {"version":1}."""
+    from gpuspark.cli.main import main
+
+    (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(NotADatasetError, match=re.escape(problem)):
+        fmt.load_manifest(tmp_path)
+    assert main(["shards", "verify", str(tmp_path)]) == 1

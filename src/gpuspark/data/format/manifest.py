@@ -15,6 +15,7 @@ __all__ = [
     "MANIFEST_NAME",
     "Manifest",
     "ShardInfo",
+    "check_manifest_fields",
     "dataset_root",
     "load_manifest",
     "write_manifest",
@@ -63,6 +64,10 @@ class Manifest:
     def from_json(cls, text: str | bytes) -> Manifest:
         """Parse :meth:`to_json` output (unknown top-level fields are kept in ``extra``)."""
         raw = json.loads(text)
+        version = raw.get("version") if isinstance(raw, dict) else None
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            return cls(version=version)  # a newer format: the caller says so, fields may differ
+        check_manifest_fields(raw)
         known = {f for f in cls.__dataclass_fields__ if f != "shards"}
         kwargs = {k: v for k, v in raw.items() if k in known}
         extra = dict(kwargs.pop("extra", {}) or {})
@@ -73,6 +78,49 @@ class Manifest:
     def shard_records(self) -> list[int]:
         """Records per shard, in manifest order."""
         return [s.records for s in self.shards]
+
+
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "version": int,
+    "schema": dict,
+    "shards": list,
+    "total_records": int,
+}
+_SHARD_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "path": str,
+    "records": int,
+    "bytes": int,
+    "hash": str,
+    "index": str,
+}
+
+
+def _check_fields(obj: Any, fields: dict[str, Any], where: str) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is {type(obj).__name__}, expected an object")
+    for name, kind in fields.items():
+        if name not in obj:
+            raise ValueError(f"{where} has no '{name}'")
+        if not isinstance(obj[name], kind) or isinstance(obj[name], bool):
+            raise ValueError(
+                f"{where}.{name}={obj[name]!r} is not {getattr(kind, '__name__', kind)}"
+            )
+
+
+def check_manifest_fields(raw: Any) -> None:
+    """Raise ``ValueError`` naming the first field of a parsed ``manifest.json`` that is
+    missing or of the wrong type, or a total that disagrees with its shards."""
+    _check_fields(raw, _REQUIRED, "manifest")
+    for i, shard in enumerate(raw["shards"]):
+        _check_fields(shard, _SHARD_FIELDS, f"shards[{i}]")
+    total = sum(s["records"] for s in raw["shards"])
+    if total != raw["total_records"]:
+        raise ValueError(f"total_records={raw['total_records']} but the shards hold {total}")
+    paths = {s["path"] for s in raw["shards"]}
+    for name, members in (raw.get("splits") or {}).items():
+        missing = [m for m in members if m not in paths]
+        if missing:
+            raise ValueError(f"splits.{name} names {missing[0]}, which is not a shard")
 
 
 def dataset_root(dataset_path_or_url: str | os.PathLike[str]) -> str:
