@@ -1,194 +1,150 @@
-"""Spark preprocessing jobs: DICOM series and image folders to gpuspark shards.
+"""The DICOM job: files below a folder (any names, nested, mixed series) to volume shards.
 
-The work is Spark's. DICOM (:func:`prep_dicom`) is two jobs: tasks walk the source tree
-(the driver plans units from its top levels, :mod:`gpuspark.data.sources.listing`) and read every
-file's header; then one task per planned shard assembles its series one at a time and writes
-them (:func:`gpuspark.data.write.write_partitions`), so volumes are written once and nothing
-is cached or shuffled after they are made. Image folders (:func:`prep_images`) are listed by
-Spark's ``binaryFile`` source (only ``path`` and ``length``), read in executor tasks and
-written by :func:`gpuspark.data.write.write_dataframe`, balanced for the training world size.
-
-Every input ends up either in a row or in ``quarantine.parquet`` (path, series if known,
-reason, exception type, stage) inside the dataset directory; the counts are in the manifest's
-``extra["quarantine"]`` and in :class:`PrepResult`: ``inputs == files_in_rows + quarantined``.
+Two Spark jobs: tasks walk the source tree (the driver plans units from its top levels,
+:mod:`gpuspark.data.sources.listing`) and read every file's header; then one task per planned
+shard (:mod:`~gpuspark.data.prep.shards`) assembles its series one at a time and writes them
+(:func:`gpuspark.data.write.write_partitions`), so volumes are written once and nothing is
+cached or shuffled after they are made. The quarantine table is committed with the shards.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuspark.cluster.session import JobKind, job_session
-from gpuspark.data.sources import QuarantineError
-from gpuspark.errors import PrepError
+from gpuspark.data.prep.common import (
+    SHARD_BYTES,
+    PrepResult,
+    WriteOptions,
+    arrow_schema,
+    by_reason,
+    check_destination,
+    check_outcome,
+    check_source,
+    check_split,
+    check_world,
+    cores,
+    quarantine_path,
+    quarantine_table,
+    read_label_table,
+    record_batches,
+    split_counts,
+)
+from gpuspark.data.prep.progress import Progress, Watcher
+from gpuspark.data.prep.shards import plan_shards
+from gpuspark.errors import PrepError, QuarantineError
 
-__all__ = ["PrepError", "PrepResult", "Progress", "prep_dicom", "prep_images"]
+if TYPE_CHECKING:
+    from gpuspark.data.sources import Window
 
-QUARANTINE_FILE = "quarantine.parquet"
-SHARD_BYTES = 128 << 20
-Progress = Callable[[dict[str, Any]], None]
+__all__ = ["prep_dicom"]
 
 _HEADER_DDL = (
     "path string, length long, series_uid string, split string, reason string, error_type string"
 )
-_IMAGE_DDL = (
-    "status string, id string, label int, label_name string, split string, image binary, "
-    "format string, shape array<int>, width int, height int, path string, reason string, "
-    "error_type string"
+_SUMMARY_DDL = (
+    "series_uid string, split string, n long, b long, path string, reason string, error_type string"
 )
-
-
-@dataclass
-class PrepResult:
-    """What a prep job did. ``inputs == files_in_rows + quarantined`` always holds."""
-
-    dataset: str
-    kind: str
-    inputs: int
-    rows: int
-    files_in_rows: int
-    quarantined: int
-    quarantined_items: int
-    by_reason: dict[str, int]
-    splits: dict[str, int]
-    shards: int
-    bytes: int
-    seconds: float
-    quarantine_path: str | None
-    label_map: dict[str, str] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain-data view (for ``--json``)."""
-        return asdict(self)
-
-
-# --------------------------------------------------------------------------- progress
-
-
-class _Watcher:
-    """Polls Spark's status tracker and reports tasks done/total and accumulators."""
-
-    def __init__(
-        self,
-        spark: Any,
-        progress: Progress | None,
-        counters: dict[str, Any],
-        phase: str = "listing",
-    ) -> None:
-        self.sc = spark.sparkContext
-        self.progress = progress
-        self.counters = counters
-        self.stages: dict[int, tuple[int, int]] = {}
-        self._open: set[int] = set()
-        self._phase = phase
-        self.t0 = time.monotonic()
-        self._t_phase = self.t0
-        self.timings: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @property
-    def phase(self) -> str:
-        """The current phase: headers, series+write (DICOM); listing, images, write (images)."""
-        return self._phase
-
-    @phase.setter
-    def phase(self, value: str) -> None:
-        now = time.monotonic()
-        self.timings[self._phase] = round(now - self._t_phase, 3)
-        self._phase, self._t_phase = value, now
-
-    def __enter__(self) -> _Watcher:
-        if self.progress is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.phase = "done"
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-            self._report()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            with contextlib.suppress(Exception):
-                self._report()
-
-    def _report(self) -> None:
-        tracker = self.sc.statusTracker()
-        active = set(tracker.getActiveStageIds())
-        # one more look at stages that just finished, then they are final
-        for sid in active | (self._open - active):
-            info = tracker.getStageInfo(sid)
-            if info is not None:
-                self.stages[sid] = (info.numTasks, info.numCompletedTasks)
-        self._open = active
-        total = sum(n for n, _ in self.stages.values())
-        done = sum(d for _, d in self.stages.values())
-        elapsed = time.monotonic() - self.t0
-        rows = self.counters["rows"].value
-        assert self.progress is not None
-        self.progress(
-            {
-                "phase": self._phase,
-                "tasks_done": done,
-                "tasks_total": total,
-                "rows": rows,
-                "quarantined": self.counters["quarantined"].value,
-                "rows_per_s": rows / elapsed if elapsed > 0 else 0.0,
-                "elapsed_s": elapsed,
-            }
-        )
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _check_src(src: str) -> str:
-    if "://" in src and not src.startswith("file:"):
-        return src
-    p = Path(src.removeprefix("file:")).expanduser()
-    if not p.is_dir():
-        raise PrepError(
-            f"source {src} is not a directory", remedy="pass the folder holding the files"
-        )
-    return str(p.resolve())
-
-
-def _list_files(spark: Any, src: str) -> Any:
-    """(path, length) of every file below ``src``: Spark lists; contents are not read."""
-    reader = spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-    return reader.load(src).select("path", "length")
-
-
-def _cores(spark: Any) -> int:
-    """Task slots of the cluster now (registered executors); ``defaultParallelism`` while
-    none has registered yet."""
-    sc = spark.sparkContext
-    try:
-        jsc = sc._jsc.sc()
-        slots = int(
-            jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
-        )
-    except Exception:  # an API of Spark's own scheduler, not public: fall back
-        slots = 0
-    return slots if slots > 0 else max(1, sc.defaultParallelism)
-
-
-def _task_count(spark: Any, items: int, per_task: int, per_core: int = 4) -> int:
-    """Enough tasks to balance the cores, but at least ``per_task`` items per task."""
-    return max(1, min(-(-items // per_task), _cores(spark) * per_core))
-
-
 _UNIT_DDL = "path string, is_dir boolean, size long"
+_SHARD = "_gpuspark_shard"
+
+
+def prep_dicom(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    labels: str | os.PathLike[str] | None = None,
+    spacing: Sequence[float] | None = None,
+    shape: Sequence[int] | None = None,
+    window: Window | tuple[float, float] | str | None = "soft-tissue",
+    dtype: str = "uint8",
+    split: Sequence[float] | None = (0.8, 0.1, 0.1),
+    world_size: int | None = None,
+    num_shards: int | None = None,
+    min_slices: int = 3,
+    salt: str = "",
+    overwrite: bool = False,
+    compression: str | None = None,
+    spark: Any = None,
+    master: str | None = None,
+    spec: Any = None,
+    progress: Progress | None = None,
+) -> PrepResult:
+    """DICOM files below ``src`` (any names, nested folders, mixed series) to a volume dataset.
+
+    One sample per series: ``volume`` (``(z, y, x)``, uint8/float16 windowed or int16 HU),
+    ``label`` (from the ``labels`` CSV, keyed by series UID or patient id), hashed patient id,
+    UIDs, modality, original and output spacing/shape. ``spacing`` (mm) and ``shape``
+    (voxels) are ``(z, y, x)``; ``window`` is a preset name (``soft-tissue``, ``lung``,
+    ``bone``), ``(level, width)``, a :class:`~gpuspark.data.sources.Window`, or ``hu``/None
+    for raw HU; ``split`` the train/val/test fractions, by a stable hash of the patient id.
+
+    Everything that can be checked on the driver is checked before a cluster starts. A job
+    that makes no record fails with :class:`PrepError` and commits nothing. Runs on
+    ``spark``, else on ``master`` or the spec's master, see
+    :func:`gpuspark.cluster.session.job_session`.
+    """
+    from gpuspark.data.sources import DicomOptions
+
+    t0 = time.monotonic()
+    src_s = check_source(src)
+    check_world(world_size, num_shards)
+    try:
+        options = DicomOptions(
+            spacing=_triple(spacing, float, "spacing"),
+            shape=_triple(shape, int, "shape"),
+            window=_window(window),
+            dtype=dtype,
+            min_slices=min_slices,
+            salt=salt,
+        )
+    except ValueError as exc:
+        raise PrepError(str(exc)) from exc
+    fractions = check_split(split)
+    table = read_label_table(labels)
+    root = check_destination(dst, overwrite)
+    opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
+    with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
+        return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
+
+
+def _triple(value: Sequence[Any] | None, kind: type, name: str) -> Any:
+    """``(z, y, x)`` of positive numbers of type ``kind``; text is the CLI's to parse."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise PrepError(f"{name} must be a tuple (z, y, x), got text {value!r}")
+    try:
+        out = tuple(kind(x) for x in value)
+        exact = all(kind(x) == x for x in value)
+    except (TypeError, ValueError) as exc:
+        raise PrepError(f"{name} must be three numbers (z, y, x), got: {value!r}") from exc
+    if len(out) != 3 or min(out) <= 0 or not exact:
+        what = "integers" if kind is int else "numbers"
+        raise PrepError(f"{name} must be three positive {what} (z, y, x), got: {value!r}")
+    return out
+
+
+def _window(window: Any) -> Window:
+    """A :class:`Window` from a preset name, ``hu``/None, ``(level, width)`` or a Window."""
+    from gpuspark.data.sources import WINDOW_PRESETS, Window, parse_window
+    from gpuspark.errors import did_you_mean
+
+    if isinstance(window, str) and window.lower() not in {*WINDOW_PRESETS, "hu", "raw", "none"}:
+        raise PrepError(
+            f"window {window!r} is not a preset{did_you_mean(window, list(WINDOW_PRESETS))}",
+            remedy=f"use one of {', '.join(WINDOW_PRESETS)}, hu, or a (level, width) pair",
+        )
+    if isinstance(window, Sequence) and not isinstance(window, str):
+        if len(window) != 2:
+            raise PrepError(f"window must be (level, width), got: {window!r}")
+        window = (float(window[0]), float(window[1]))
+    elif window is not None and not isinstance(window, str | Window):
+        raise PrepError(f"window must be a preset name, (level, width) or a Window: {window!r}")
+    return parse_window(window)
 
 
 def _source_units(spark: Any, src: str) -> Any:
@@ -197,11 +153,11 @@ def _source_units(spark: Any, src: str) -> Any:
     source with nothing in it."""
     from gpuspark.data.sources import deal, plan_units
 
-    cores = _cores(spark)
-    units = plan_units(src, want=8 * cores)
+    n = cores(spark)
+    units = plan_units(src, want=8 * n)
     if not units:
         raise PrepError(f"source {src} holds no files", remedy="check the path")
-    parts = deal(units, 2 * cores)
+    parts = deal(units, 2 * n)
     rdd = spark.sparkContext.parallelize(parts, len(parts)).flatMap(lambda part: part)
     return spark.createDataFrame(rdd, _UNIT_DDL)
 
@@ -216,74 +172,6 @@ def _walk(batches: Iterable[Any]) -> Iterator[tuple[str, int]]:
             yield from walk_unit(unit)
 
 
-def _write_quarantine(dst: str, rows: list[dict[str, Any]]) -> str | None:
-    """Write ``quarantine.parquet`` atomically into ``dst`` (always, even when empty)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schema = pa.schema(
-        [(n, pa.string()) for n in ("path", "series_uid", "reason", "error_type", "stage")]
-    )
-    table = pa.Table.from_pylist(rows, schema=schema)
-    final = os.path.join(dst, QUARANTINE_FILE)
-    tmp = os.path.join(dst, f".tmp-{os.getpid()}-{QUARANTINE_FILE}")
-    pq.write_table(table, tmp)
-    os.replace(tmp, final)
-    return final
-
-
-def _prepare_dst(dst: str, overwrite: bool) -> str:
-    root = os.path.abspath(os.path.expanduser(dst))
-    old = os.path.join(root, QUARANTINE_FILE)
-    if overwrite and os.path.exists(old):
-        os.unlink(old)  # write_dataframe refuses unknown files in a dataset directory
-    return root
-
-
-def _by_reason(rows: list[dict[str, Any]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in rows:
-        key = r["reason"].split(":")[0][:80]
-        out[key] = out.get(key, 0) + 1
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-
-def _split_counts(manifest: Any) -> dict[str, int]:
-    records = {s.path: s.records for s in manifest.shards}
-    return {name: sum(records[p] for p in paths) for name, paths in manifest.splits.items()}
-
-
-# --------------------------------------------------------------------------- DICOM
-
-
-def _record_batches(rows: Iterable[dict[str, Any]], ddl: str, size: int) -> Iterator[Any]:
-    """``rows`` as Arrow record batches of ``size`` rows (the last one shorter)."""
-    import itertools
-
-    import pyarrow as pa
-
-    schema = _arrow_schema(ddl)
-    it = iter(rows)
-    while chunk := list(itertools.islice(it, size)):
-        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
-
-
-def _arrow_schema(ddl: str) -> Any:
-    """The pyarrow schema of a Spark DDL string made of the few types used here."""
-    import pyarrow as pa
-
-    types = {
-        "string": pa.string(),
-        "long": pa.int64(),
-        "int": pa.int32(),
-        "binary": pa.binary(),
-        "array<int>": pa.list_(pa.int32()),
-        "array<double>": pa.list_(pa.float64()),
-        "array<string>": pa.list_(pa.string()),
-    }
-    return pa.schema([(n, types[t]) for n, t in (c.split(" ", 1) for c in ddl.split(", "))])
-
-
 def _header_fn(
     q_acc: Any, fractions: Sequence[float] | None, salt: str
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -292,7 +180,7 @@ def _header_fn(
 
     def headers(batches: Iterator[Any]) -> Iterator[Any]:
         rows = (_header_row(path, n, fractions, salt, q_acc) for path, n in _walk(batches))
-        return _record_batches(rows, _HEADER_DDL, 512)
+        return record_batches(rows, _HEADER_DDL, 512)
 
     return headers
 
@@ -358,129 +246,26 @@ def _series_writer(
     return shard_task
 
 
+_SAMPLE_KEYS = (
+    "volume",
+    "id",
+    "series_uid",
+    "study_uid",
+    "patient_hash",
+    "modality",
+    "spacing",
+    "orig_spacing",
+    "orig_shape",
+    "slices",
+)
+
+
 def _dicom_sample(row: dict[str, Any]) -> dict[str, Any]:
     """``prep_series`` row -> shard sample."""
-    sample = {
-        key: row[key]
-        for key in (
-            "volume",
-            "id",
-            "series_uid",
-            "study_uid",
-            "patient_hash",
-            "modality",
-            "spacing",
-            "orig_spacing",
-            "orig_shape",
-            "slices",
-        )
-    }
+    sample = {key: row[key] for key in _SAMPLE_KEYS}
     if row.get("label") is not None:
         sample["label"] = int(row["label"])
     return sample
-
-
-def _parse_triple(value: Any, kind: type, name: str) -> tuple[Any, ...] | None:
-    if value is None:
-        return None
-    try:
-        parts = value.split(",") if isinstance(value, str) else list(value)
-        out = tuple(kind(x) for x in parts)
-    except (TypeError, ValueError) as exc:
-        raise PrepError(f"{name} must be three numbers z,y,x, got: {value!r}") from exc
-    if len(out) != 3 or min(out) <= 0:
-        raise PrepError(f"{name} must be three positive numbers z,y,x, got: {value!r}")
-    return out
-
-
-def prep_dicom(
-    src: str | os.PathLike[str],
-    dst: str | os.PathLike[str],
-    *,
-    labels: str | os.PathLike[str] | None = None,
-    spacing: Sequence[float] | str | None = None,
-    shape: Sequence[int] | str | None = None,
-    window: str | tuple[float, float] | None = "soft-tissue",
-    dtype: str = "uint8",
-    split: Sequence[float] | str | None = (0.8, 0.1, 0.1),
-    world_size: int | None = None,
-    num_shards: int | None = None,
-    min_slices: int = 3,
-    salt: str = "",
-    overwrite: bool = False,
-    compression: str | None = None,
-    spark: Any = None,
-    master: str | None = None,
-    spec: Any = None,
-    progress: Progress | None = None,
-) -> PrepResult:
-    """DICOM files below ``src`` (any names, nested folders, mixed series) to a volume dataset.
-
-    One sample per series: ``volume`` (``(z, y, x)``, uint8/float16 windowed or int16 HU),
-    ``label`` (from the ``labels`` CSV, keyed by series UID or patient id), hashed patient id,
-    UIDs, modality, original and output spacing/shape. Splits by a stable hash of the patient
-    id. Runs on ``spark``, else on ``master`` or the spec's master (``spec``: a
-    :class:`~gpuspark.spec.ClusterSpec` or file; default ``$GPUSPARK_SPEC`` or the built-in
-    one), see :func:`gpuspark.cluster.session.job_session`.
-    """
-    from gpuspark.data.sources import DicomOptions, parse_split, parse_window, read_labels
-
-    t0 = time.monotonic()
-    src_s = _check_src(os.fspath(src))
-    try:
-        options = DicomOptions(
-            spacing=_parse_triple(spacing, float, "spacing"),
-            shape=_parse_triple(shape, int, "shape"),
-            window=parse_window(window),
-            dtype=dtype,
-            min_slices=min_slices,
-            salt=salt,
-        )
-        fractions = parse_split(split)
-    except ValueError as exc:
-        raise PrepError(str(exc)) from exc
-    table = read_labels(labels) if labels is not None else None
-    root = _prepare_dst(os.fspath(dst), overwrite)
-    with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
-        opts = _WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-        return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
-
-
-@dataclass(frozen=True)
-class _WriteOptions:
-    """How a prep job's rows become shards (passed through to ``write_dataframe``)."""
-
-    fractions: Any
-    world_size: int | None
-    num_shards: int | None
-    overwrite: bool
-    compression: str | None
-
-
-def _list_nonempty(spark: Any, src: str) -> tuple[Any, int]:
-    """The persisted file listing of ``src`` and its size; refuses an empty source."""
-    files = _list_files(spark, src).persist()
-    n_files = files.count()
-    if n_files == 0:
-        files.unpersist()
-        raise PrepError(f"source {src} holds no files", remedy="check the path")
-    return files, n_files
-
-
-def _write_shards(df: Any, root: str, opts: _WriteOptions, **kwargs: Any) -> Any:
-    """``write_dataframe`` with the job's shard options; one split column when splitting."""
-    from gpuspark.data.write import write_dataframe
-
-    return write_dataframe(
-        df,
-        root,
-        world_size=opts.world_size,
-        num_shards=opts.num_shards,
-        split_col="split" if opts.fractions else None,
-        overwrite=opts.overwrite,
-        compression=opts.compression,
-        **kwargs,
-    )
 
 
 def _run_dicom(
@@ -489,7 +274,7 @@ def _run_dicom(
     root: str,
     options: Any,
     table: Any,
-    opts: _WriteOptions,
+    opts: WriteOptions,
     progress: Progress | None,
     t0: float,
 ) -> PrepResult:
@@ -502,44 +287,34 @@ def _run_dicom(
 
     sc = spark.sparkContext
     counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
-    with _Watcher(spark, progress, counters, phase="headers") as watch:
-        heads = (
-            _source_units(spark, src)
-            .mapInArrow(
-                _header_fn(counters["quarantined"], opts.fractions, options.salt), _HEADER_DDL
-            )
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+    done: dict[str, Any] = {}
+    with Watcher(spark, progress, counters, phase="headers") as watch:
+        fn = _header_fn(counters["quarantined"], opts.fractions, options.salt)
+        heads = _source_units(spark, src).mapInArrow(fn, _HEADER_DDL)
+        heads = heads.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             n_files, series, q_head = _series_table(heads)
             if n_files == 0:
                 raise PrepError(f"source {src} holds no files", remedy="check the path")
+            if not series:  # nothing readable: fail before the write job
+                check_outcome("prep dicom", src, root, n_files, 0, q_head)
             layout, assign = plan_shards(
                 series,
                 world_size=opts.world_size,
                 num_shards=opts.num_shards,
-                tasks=2 * _cores(spark),
+                tasks=2 * cores(spark),
                 shard_bytes=SHARD_BYTES,
             )
-            table_rdd = sc.parallelize(sorted(assign.items()) or [("", 0)], 1)  # 1 task
+            table_rdd = sc.parallelize(sorted(assign.items()), 1)  # 1 task
             keyed = spark.createDataFrame(table_rdd, f"series_uid string, {_SHARD} int")
             good = heads.filter(F.col("reason").isNull()).select("path", "series_uid")
             watch.phase = "series+write"
-            done: dict[str, Any] = {}
 
             def extra(reports: list[dict[str, Any]]) -> dict[str, Any]:
+                # runs on the driver before the commit: a job without records commits nothing
                 done.update(_tally(reports, q_head))
-                status = {"ok": done["rows"], "quarantined": done["series_quarantined"]}
-                return _dicom_extra(
-                    src,
-                    options,
-                    table,
-                    opts.fractions,
-                    n_files,
-                    status,
-                    done["files_in_rows"],
-                    done["q_rows"],
-                )
+                check_outcome("prep dicom", src, root, n_files, done["rows"], done["q_rows"])
+                return _dicom_extra(src, options, table, opts.fractions, n_files, done)
 
             manifest, _ = write_partitions(
                 good.join(F.broadcast(keyed), "series_uid"),
@@ -552,11 +327,11 @@ def _run_dicom(
                 provenance={"source": src, "job": "prep dicom"},
                 extra=extra,
                 world_size=opts.world_size,
+                files=lambda _reports: quarantine_table(done["q_rows"]),
             )
         finally:
             heads.unpersist()
     q_rows = done["q_rows"]
-    qpath = _write_quarantine(root, q_rows)
     return PrepResult(
         dataset=root,
         kind="dicom",
@@ -565,23 +340,15 @@ def _run_dicom(
         files_in_rows=done["files_in_rows"],
         quarantined=len(q_rows),
         quarantined_items=done["series_quarantined"] + len(q_head),
-        by_reason=_by_reason(q_rows),
-        splits=_split_counts(manifest),
+        by_reason=by_reason(q_rows),
+        splits=split_counts(manifest),
         shards=len(manifest.shards),
         bytes=sum(s.bytes for s in manifest.shards),
         seconds=round(time.monotonic() - t0, 3),
-        quarantine_path=qpath,
+        quarantine_path=quarantine_path(root, manifest),
         label_map=manifest.extra.get("label_map", {}),
         timings=watch.timings,
     )
-
-
-_SHARD = "_gpuspark_shard"
-
-
-_SUMMARY_DDL = (
-    "series_uid string, split string, n long, b long, path string, reason string, error_type string"
-)
 
 
 def _add_series(table: dict[str, list[Any]], uid: str, split: Any, files: int, nbytes: int) -> None:
@@ -607,7 +374,7 @@ def _summarize(batches: Iterator[Any]) -> Iterator[Any]:
                 continue
             _add_series(per_series, r["series_uid"], r["split"], 1, max(r["length"] or 0, 0))
     rows = [{"series_uid": u, "split": v[0], "n": v[1], "b": v[2]} for u, v in per_series.items()]
-    yield pa.RecordBatch.from_pylist(rows + quarantined, schema=_arrow_schema(_SUMMARY_DDL))
+    yield pa.RecordBatch.from_pylist(rows + quarantined, schema=arrow_schema(_SUMMARY_DDL))
 
 
 def _series_table(heads: Any) -> tuple[int, dict[str, tuple[Any, int, int]], list[dict]]:
@@ -653,66 +420,11 @@ def _tally(reports: list[dict[str, Any]], q_head: list[dict[str, Any]]) -> dict[
     }
 
 
-def plan_shards(
-    series: dict[str, tuple[Any, int, int]],
-    *,
-    world_size: int | None,
-    num_shards: int | None,
-    tasks: int,
-    shard_bytes: int,
-) -> tuple[list[Any], dict[str, int]]:
-    """The shards of a series job and the shard of each series: ``(split of each shard,
-    {series: shard})`` from ``{series: (split, files, bytes)}``.
-
-    Each split gets a multiple of ``world_size`` shards (``num_shards`` each if given; else
-    enough for ``shard_bytes`` of input per shard and, across splits, about ``tasks`` shards
-    in proportion to their series, but no more than its series); series are dealt largest
-    first in a snake order, so a split's shards differ by at most one series and carry about
-    the same work.
-    """
-    ws = world_size or 1
-    if num_shards is not None and (num_shards <= 0 or num_shards % ws):
-        raise PrepError(
-            f"num_shards={num_shards} must be a positive multiple of world_size={ws}",
-            remedy="leave it out to size shards automatically",
-        )
-    by_split: dict[Any, list[tuple[str, int, int]]] = {}
-    for uid, (split, files, nbytes) in series.items():
-        by_split.setdefault(split, []).append((uid, files, nbytes))
-    if not by_split:
-        return [None] * (num_shards or ws), {}
-    layout: list[Any] = []
-    assign: dict[str, int] = {}
-    for split in sorted(by_split, key=lambda x: (x is None, x)):
-        items = sorted(by_split[split], key=lambda t: (-t[1], t[0]))
-        wanted = max(
-            -(-sum(t[2] for t in items) // shard_bytes),
-            round(tasks * len(items) / len(series)),
-        )
-        # never more shards than series (rounded up to the world size): no empty shards
-        k = num_shards or _round_up(max(1, min(wanted, len(items))), ws)
-        for i, (uid, _, _) in enumerate(items):
-            lap, col = divmod(i, k)
-            assign[uid] = len(layout) + (col if lap % 2 == 0 else k - 1 - col)
-        layout.extend([split] * k)
-    return layout, assign
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def _dicom_extra(
-    src: str,
-    options: Any,
-    table: Any,
-    fractions: Any,
-    n_files: int,
-    status: dict[str, int],
-    files_in_rows: int,
-    q_rows: list[dict[str, Any]],
+    src: str, options: Any, table: Any, fractions: Any, n_files: int, done: dict[str, Any]
 ) -> dict[str, Any]:
     w = options.window
+    q_rows = done["q_rows"]
     extra: dict[str, Any] = {
         "prep": {
             "kind": "dicom",
@@ -727,226 +439,15 @@ def _dicom_extra(
             "min_slices": options.min_slices,
         },
         "quarantine": {
-            "file": QUARANTINE_FILE,
             "inputs": n_files,
-            "rows": int(status.get("ok", 0)),
-            "files_in_rows": int(files_in_rows),
+            "rows": int(done["rows"]),
+            "files_in_rows": int(done["files_in_rows"]),
             "files": len(q_rows),
-            "series": int(status.get("quarantined", 0)),
-            "by_reason": _by_reason(q_rows),
+            "series": int(done["series_quarantined"]),
+            "by_reason": by_reason(q_rows),
         },
     }
     if table is not None:
         extra["label_map"] = {str(k): v for k, v in table.names.items()}
         extra["labels"] = {"source": table.source, "key": table.key}
     return extra
-
-
-# --------------------------------------------------------------------------- images
-
-
-def _image_fn(
-    root: str, options: Any, index: dict[str, int], split: Any, rows_acc: Any, q_acc: Any
-) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    def images(batches: Iterator[Any]) -> Iterator[Any]:
-        rows = (
-            _one_image(path, root, options, index, split, rows_acc, q_acc)
-            for batch in batches
-            for path in batch.column("path").to_pylist()
-        )
-        return _record_batches(rows, _IMAGE_DDL, 64)
-
-    return images
-
-
-def _one_image(
-    path: str,
-    root: str,
-    options: Any,
-    index: dict[str, int],
-    split: Any,
-    rows_acc: Any,
-    q_acc: Any,
-) -> dict[str, Any]:
-    from gpuspark.data.sources import assign_split, class_of, prep_image, read_bytes
-
-    rec: dict[str, Any] = {"path": path}
-    try:
-        name, rel = class_of(path, root)
-        row = prep_image(read_bytes(path), options)
-        img = row.pop("image")
-        rec.update(row, status="ok", id=rel, label=index[name], label_name=name)
-        if hasattr(img, "shape"):
-            rec.update(image=img.tobytes(), shape=list(img.shape))
-        else:
-            rec["image"] = img
-        if split is not None:
-            rec["split"] = assign_split(rel, split)
-        rows_acc.add(1)
-    except Exception as e:
-        qe = QuarantineError.wrap(e, "image failed", path)
-        rec.update(status="quarantined", reason=qe.reason, error_type=qe.error_type)
-        q_acc.add(1)
-    return rec
-
-
-def _image_sample(row: dict[str, Any]) -> dict[str, Any]:
-    import numpy as np
-
-    from gpuspark.data.format import EncodedImage
-
-    if row["format"] == "raw":
-        image: Any = np.frombuffer(row["image"], dtype=np.uint8).reshape(row["shape"])
-    else:
-        image = EncodedImage(row["image"], row["format"])
-    return {
-        "image": image,
-        "label": int(row["label"]),
-        "label_name": row["label_name"],
-        "id": row["id"],
-        "width": int(row["width"]),
-        "height": int(row["height"]),
-    }
-
-
-def _class_names(files: Any, root: str) -> list[str]:
-    from gpuspark.data.sources import class_of
-
-    def names(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        seen: set[str] = set()
-        for batch in batches:
-            for path in batch.column("path").to_pylist():
-                with contextlib.suppress(QuarantineError):
-                    seen.add(class_of(path, root)[0])
-        yield pa.RecordBatch.from_pydict(
-            {"name": sorted(seen)}, schema=pa.schema([("name", pa.string())])
-        )
-
-    rows = files.mapInArrow(names, "name string").distinct().collect()
-    return sorted(r["name"] for r in rows)
-
-
-def prep_images(
-    src: str | os.PathLike[str],
-    dst: str | os.PathLike[str],
-    *,
-    mode: str = "keep",
-    size: int = 224,
-    split: Sequence[float] | str | None = None,
-    world_size: int | None = None,
-    num_shards: int | None = None,
-    overwrite: bool = False,
-    compression: str | None = None,
-    spark: Any = None,
-    master: str | None = None,
-    spec: Any = None,
-    progress: Progress | None = None,
-) -> PrepResult:
-    """An image folder ``src/<label>/<file>.{jpg,jpeg,png}`` to an image dataset.
-
-    ``mode``: ``keep`` (original bytes), ``resize`` (JPEG, shorter side = ``size``) or
-    ``predecode`` (``size`` x ``size`` x 3 uint8). Labels are the sorted folder names
-    (``extra["label_map"]``); optional splits by a stable hash of the relative path.
-    """
-    from gpuspark.data.sources import ImageOptions, parse_split
-
-    t0 = time.monotonic()
-    src_s = _check_src(os.fspath(src))
-    try:
-        options = ImageOptions(mode=mode, size=size)
-        fractions = parse_split(split)
-    except ValueError as exc:
-        raise PrepError(str(exc)) from exc
-    root = _prepare_dst(os.fspath(dst), overwrite)
-    with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
-        opts = _WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-        return _run_images(sp, src_s, root, options, opts, progress, t0)
-
-
-def _run_images(
-    spark: Any,
-    src: str,
-    root: str,
-    options: Any,
-    opts: _WriteOptions,
-    progress: Progress | None,
-    t0: float,
-) -> PrepResult:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    sc = spark.sparkContext
-    fractions = opts.fractions
-    counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
-    with _Watcher(spark, progress, counters) as watch:
-        files, n_files = _list_nonempty(spark, src)
-        names = _class_names(files, src)
-        if not names:
-            raise PrepError(
-                f"source {src} has no class folders with images",
-                remedy="use the layout SRC/<label>/<file>.jpg",
-            )
-        index = {n: i for i, n in enumerate(names)}
-        watch.phase = "images"
-        fn = _image_fn(src, options, index, fractions, counters["rows"], counters["quarantined"])
-        out = (
-            files.repartition(_task_count(spark, n_files, 32))
-            .mapInArrow(fn, _IMAGE_DDL)
-            .persist(StorageLevel.DISK_ONLY)
-        )
-        q_rows = [
-            {**r.asDict(), "series_uid": None, "stage": "image"}
-            for r in out.filter(F.col("status") == "quarantined")
-            .select("path", "reason", "error_type")
-            .collect()
-        ]
-        watch.phase = "write"
-        label_map = {str(i): n for n, i in index.items()}
-        extra = {
-            "prep": {
-                "kind": "images",
-                "source": src,
-                "mode": options.mode,
-                "size": options.size,
-                "split": list(fractions) if fractions else None,
-                "split_by": "relative path",
-            },
-            "label_map": label_map,
-            "quarantine": {
-                "file": QUARANTINE_FILE,
-                "inputs": n_files,
-                "rows": n_files - len(q_rows),
-                "files": len(q_rows),
-                "by_reason": _by_reason(q_rows),
-            },
-        }
-        manifest = _write_shards(
-            out.filter(F.col("status") == "ok").drop("status", "reason", "error_type", "path"),
-            root,
-            opts,
-            provenance={"source": src, "job": "prep images"},
-            extra=extra,
-            sample_fn=_image_sample,
-        )
-    out.unpersist()
-    files.unpersist()
-    qpath = _write_quarantine(root, q_rows)
-    return PrepResult(
-        dataset=root,
-        kind="images",
-        inputs=n_files,
-        rows=manifest.total_records,
-        files_in_rows=manifest.total_records,
-        quarantined=len(q_rows),
-        quarantined_items=len(q_rows),
-        by_reason=_by_reason(q_rows),
-        splits=_split_counts(manifest),
-        shards=len(manifest.shards),
-        bytes=sum(s.bytes for s in manifest.shards),
-        seconds=round(time.monotonic() - t0, 3),
-        quarantine_path=qpath,
-        label_map=label_map,
-        timings=watch.timings,
-    )
