@@ -147,3 +147,56 @@ def test_bad_arguments(tmp_path: Path):
 def test_balanced_counts():
     assert balanced_counts(10, 4) == [3, 3, 2, 2]
     assert sum(balanced_counts(10_001, 8)) == 10_001
+
+
+def _commit_with_files(root: Path, files: dict[str, bytes], overwrite: bool = True) -> fmt.Manifest:
+    from gpuspark.data.write.commit import build_manifest, commit, staged_write
+
+    with staged_write(root, overwrite) as (r, staging, _wid, old):
+        manifest = build_manifest([], None, {}, {})
+        return commit(r, [], manifest, old, staging, files)
+
+
+def test_extra_files_committed_before_the_manifest_and_replaced_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ds"
+    m1 = _commit_with_files(root, {"quarantine.parquet": b"old"}, overwrite=False)
+    name1 = m1.extra["files"]["quarantine.parquet"]
+    assert name1.startswith("quarantine-") and (root / name1).read_bytes() == b"old"
+    assert fmt.load_manifest(root).extra["files"] == {"quarantine.parquet": name1}
+
+    def boom(*_a: object) -> None:
+        raise OSError("disk full")
+
+    # a failure at the last step (the manifest) keeps the old dataset and its file
+    monkeypatch.setattr(fmt, "write_manifest", boom)
+    before = sorted(p.name for p in root.iterdir())
+    with pytest.raises(OSError, match="disk full"):
+        _commit_with_files(root, {"quarantine.parquet": b"new"})
+    monkeypatch.undo()
+    assert sorted(p.name for p in root.iterdir()) == before
+    assert (root / name1).read_bytes() == b"old"
+    # the next commit replaces the file; one without it removes it
+    m2 = _commit_with_files(root, {"quarantine.parquet": b"new"})
+    name2 = m2.extra["files"]["quarantine.parquet"]
+    assert name2 != name1 and not (root / name1).exists()
+    assert (root / name2).read_bytes() == b"new"
+    _commit_with_files(root, {})
+    assert sorted(p.name for p in root.iterdir()) == [fmt.MANIFEST_NAME]
+
+
+def test_extra_files_leftovers_and_legacy_quarantine_table(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / "quarantine-0123abcd.parquet").write_bytes(b"moved in, never committed")
+    m = _commit_with_files(root, {}, overwrite=False)  # a leftover, not a foreign file
+    assert sorted(p.name for p in root.iterdir()) == [fmt.MANIFEST_NAME]
+    # a dataset written before extra files were listed names its table in extra["quarantine"]
+    m.extra["quarantine"] = {"file": "quarantine.parquet"}
+    fmt.write_manifest(root, m)
+    (root / "quarantine.parquet").write_bytes(b"legacy")
+    _commit_with_files(root, {"quarantine.parquet": b"new"})
+    assert not (root / "quarantine.parquet").exists()
+    with pytest.raises(Exception, match="must look like"):
+        _commit_with_files(root, {"../x.parquet": b""})

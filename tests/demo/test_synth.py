@@ -102,7 +102,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = str(tmp_path / "c" / "dicom")
     assert main(["prep", "dicom", src, str(tmp_path / "o"), "--window", "lugn"]) == 1
     assert "did you mean 'lung'" in capsys.readouterr().err
-    assert main(["prep", "dicom", src, str(tmp_path / "o"), "--shape", "1,2"]) == 1
-    assert "shape must be three" in capsys.readouterr().err
+    assert main(["prep", "dicom", src, str(tmp_path / "o"), "--shape", "1,2"]) == 2
+    assert "three positive integers z,y,x" in capsys.readouterr().err
     assert main(["prep", "images", str(tmp_path / "nope"), str(tmp_path / "o")]) == 1
-    assert "not a directory" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err

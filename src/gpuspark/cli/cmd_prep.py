@@ -9,12 +9,16 @@ import typer
 
 from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, print_json, print_table
 
+# Names the library accepts as they are (window presets and raw HU); kept here, not imported,
+# so that `gpuspark prep --help` needs no numpy.
+_WINDOW_NAMES = ("soft-tissue", "lung", "bone", "hu")
+
 SrcArg = Annotated[str, typer.Argument(help="Source folder (or URL Spark can read).")]
 DstArg = Annotated[str, typer.Argument(help="Dataset directory to write.")]
 WorldOpt = Annotated[
-    int | None, typer.Option("--world-size", help="Balance shards for this many ranks.")
+    int | None, typer.Option("--world-size", min=1, help="Balance shards for this many ranks.")
 ]
-ShardsOpt = Annotated[int | None, typer.Option("--num-shards", help="Shards per split.")]
+ShardsOpt = Annotated[int | None, typer.Option("--num-shards", min=1, help="Shards per split.")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing dataset.")]
 
 
@@ -59,6 +63,39 @@ def _progress_bar(enabled: bool) -> Any:
         yield update
 
 
+def _numbers(text: str | None, kind: type, count: int | None, option: str, form: str) -> Any:
+    """``"a,b,c"`` -> a tuple of ``kind``; a usage error naming the option otherwise."""
+    if text is None:
+        return None
+    try:
+        out = tuple(kind(x) for x in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or (count is not None and len(out) != count):
+        raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option)
+    return out
+
+
+def _triple(text: str | None, kind: type, option: str) -> Any:
+    what = "integers" if kind is int else "numbers"
+    form = f"three positive {what} z,y,x (e.g. {'32,48,48' if kind is int else '1,0.8,0.8'})"
+    out = _numbers(text, kind, 3, option, form)
+    if out is not None and min(out) <= 0:
+        raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option)
+    return out
+
+
+def _split(text: str, option: str = "--split") -> Any:
+    return _numbers(text, float, None, option, "fractions train,val[,test] such as 0.8,0.1,0.1")
+
+
+def _window(text: str) -> Any:
+    """A preset name as is (the library names close misses); ``L,W`` -> ``(level, width)``."""
+    if text.lower() in _WINDOW_NAMES or "," not in text:
+        return text
+    return _numbers(text, float, 2, "--window", "a preset or LEVEL,WIDTH such as 40,400")
+
+
 def _summary(res: Any, json: bool) -> None:
     if json:
         print_json(res.as_dict())
@@ -80,7 +117,9 @@ def _summary(res: Any, json: bool) -> None:
     )
     if res.by_reason:
         print_table(
-            "quarantine (see quarantine.parquet)", ["reason", "files"], list(res.by_reason.items())
+            f"quarantine (see {res.quarantine_path})",
+            ["reason", "files"],
+            list(res.by_reason.items()),
         )
 
 
@@ -97,8 +136,8 @@ def images(
         bool, typer.Option(help="Re-encode as JPEG with the shorter side = SIZE.")
     ] = False,
     split: Annotated[
-        str | None, typer.Option(help="Fractions train,val[,test], e.g. 0.9,0.1.")
-    ] = None,
+        str, typer.Option(help="Fractions train,val[,test] by a hash of the path.")
+    ] = "0.9,0.1",
     world_size: WorldOpt = None,
     num_shards: ShardsOpt = None,
     overwrite: OverwriteOpt = False,
@@ -110,13 +149,14 @@ def images(
     from gpuspark.data.prep import prep_images
 
     mode = "predecode" if predecode else "resize" if resize else "keep"
+    fractions = _split(split)
     with _progress_bar(not json) as progress:
         res = prep_images(
             src,
             dst,
             mode=mode,
             size=size,
-            split=split,
+            split=fractions,
             world_size=world_size,
             num_shards=num_shards,
             overwrite=overwrite,
@@ -152,16 +192,20 @@ def dicom(
     """DICOM series below SRC (any names, nested folders) to one 3D volume per series."""
     from gpuspark.data.prep import prep_dicom
 
+    spacing_t = _triple(spacing, float, "--spacing")
+    shape_t = _triple(shape, int, "--shape")
+    window_v = _window(window)
+    fractions = _split(split)
     with _progress_bar(not json) as progress:
         res = prep_dicom(
             src,
             dst,
             labels=labels,
-            spacing=spacing,
-            shape=shape,
-            window=window,
+            spacing=spacing_t,
+            shape=shape_t,
+            window=window_v,
             dtype=dtype,
-            split=split,
+            split=fractions,
             world_size=world_size,
             num_shards=num_shards,
             overwrite=overwrite,

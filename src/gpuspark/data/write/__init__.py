@@ -20,6 +20,7 @@ Import from ``gpuspark.data.write``; the module layout behind it may change.
 
 from __future__ import annotations
 
+from gpuspark.data.write.commit import check_target, extra_file_name
 from gpuspark.data.write.plan import balanced_counts, partition_keys, spark_hash_int
 from gpuspark.data.write.shard_writer import DEFAULT_TARGET_SHARD_BYTES, ShardWriter
 from gpuspark.data.write.spark import (
@@ -37,6 +38,8 @@ __all__ = [
     "SampleFn",
     "ShardWriter",
     "balanced_counts",
+    "check_target",
+    "extra_file_name",
     "partition_keys",
     "spark_hash_int",
     "write_dataframe",

@@ -1,11 +1,13 @@
 """The commit protocol shared by every writer: stage, move into place, manifest last.
 
 A write stages its shards in ``<dataset>/_gpuspark_staging-<wid>/`` (invisible to readers,
-which only follow ``manifest.json``), moves finished shards to their final names, commits the
-manifest last with an atomic rename, then deletes the staging directory and, on overwrite,
-the previous dataset's shards. A failure at any point leaves either the old dataset or no
-dataset, never a half-written one. Leftovers of an interrupted write (staging directories,
-temporary files, shards no manifest names) are removed by the next write to the directory.
+which only follow ``manifest.json``), moves finished shards - and the extra files of the
+dataset, such as prep's quarantine table, listed in ``manifest.extra["files"]`` - to their
+final names, commits the manifest last with an atomic rename, then deletes the staging
+directory and, on overwrite, the previous dataset's files. A failure at any point leaves
+either the old dataset or no dataset, never a half-written one. Leftovers of an interrupted
+write (staging directories, temporary files, shards and extra files no manifest names) are
+removed by the next write to the directory.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ __all__ = [
     "abort_write",
     "build_manifest",
     "check_split_name",
+    "check_target",
     "commit",
+    "extra_file_name",
     "make_provenance",
     "new_write_id",
     "prepare_target",
@@ -39,6 +43,7 @@ __all__ = [
 
 STAGING_PREFIX = "_gpuspark_staging-"
 _SHARD_RE = re.compile(r"^[\w.=-]+-\d{5}-[0-9a-f]{8}\.tfrecord(\.idx)?$")
+_EXTRA_RE = re.compile(r"^[\w=-]+-[0-9a-f]{8}\.[\w.]+$")  # extra_file_name()
 
 
 # --------------------------------------------------------------------------- names
@@ -71,15 +76,15 @@ def _is_leftover(name: str, keep: set[str]) -> bool:
     """A file or directory an interrupted gpuspark write may have left behind."""
     if name.startswith(STAGING_PREFIX) or name.startswith(".tmp-"):
         return True
-    return bool(_SHARD_RE.match(name)) and name not in keep
+    return bool(_SHARD_RE.match(name) or _EXTRA_RE.match(name)) and name not in keep
 
 
-def prepare_target(root: str, overwrite: bool) -> Manifest | None:
-    """Check the target directory; return the current manifest (if overwriting one)."""
+def check_target(root: str, overwrite: bool) -> Manifest | None:
+    """Check that a write may go to ``root``, changing nothing; return the manifest it would
+    replace. Callers with a long job ahead call it first, to refuse before any work."""
     if os.path.exists(root) and not os.path.isdir(root):
         raise DatasetExistsError(f"{root} exists and is a file, not a dataset directory")
     if not os.path.isdir(root):
-        os.makedirs(root, exist_ok=True)
         return None
     old = None
     if os.path.exists(os.path.join(root, MANIFEST_NAME)):
@@ -90,8 +95,8 @@ def prepare_target(root: str, overwrite: bool) -> Manifest | None:
             )
         old = fmt.load_manifest(root)
     keep = _manifest_files(old)
-    # Files next to a committed dataset (e.g. prep's quarantine.parquet) belong to it and are
-    # left alone on overwrite; an uncommitted directory must hold only gpuspark leftovers.
+    # Files next to a committed dataset belong to it and are left alone on overwrite; an
+    # uncommitted directory must hold only gpuspark leftovers.
     others = (
         []
         if old is not None
@@ -106,14 +111,40 @@ def prepare_target(root: str, overwrite: bool) -> Manifest | None:
             f"{root} is not empty and is not a gpuspark dataset (found {sorted(others)[:3]})",
             remedy="write to a new or empty directory",
         )
-    _clean_leftovers(root, keep)
+    return old
+
+
+def prepare_target(root: str, overwrite: bool) -> Manifest | None:
+    """Check the target directory (:func:`check_target`), create it or remove the leftovers
+    of interrupted writes; return the current manifest (if overwriting one)."""
+    old = check_target(root, overwrite)
+    if not os.path.isdir(root):
+        os.makedirs(root, exist_ok=True)
+        return None
+    _clean_leftovers(root, _manifest_files(old))
     return old
 
 
 def _manifest_files(manifest: Manifest | None) -> set[str]:
+    """The files a manifest owns: its shards, their indexes and its extra files."""
     if manifest is None:
         return set()
-    return {p for s in manifest.shards for p in (s.path, s.index)}
+    return {p for s in manifest.shards for p in (s.path, s.index)} | set(_extra_files(manifest))
+
+
+def _extra_files(manifest: Manifest) -> list[str]:
+    files = [f for f in (manifest.extra.get("files") or {}).values() if isinstance(f, str)]
+    # prep datasets written before extra files were listed named their quarantine table here
+    legacy = (manifest.extra.get("quarantine") or {}).get("file")
+    return [*files, legacy] if isinstance(legacy, str) else files
+
+
+def extra_file_name(name: str, wid: str) -> str:
+    """The name under which extra file ``name`` of write ``wid`` is committed:
+    ``quarantine.parquet`` -> ``quarantine-<wid>.parquet``. New for every write, so that the
+    old dataset keeps its own until the new manifest replaces it."""
+    stem, dot, ext = name.partition(".")
+    return f"{stem}-{wid}{dot}{ext}"
 
 
 def _clean_leftovers(root: str, keep: set[str]) -> None:
@@ -215,18 +246,56 @@ def commit(
     manifest: Manifest,
     old: Manifest | None,
     staging: str,
+    files: Mapping[str, bytes] | None = None,
 ) -> Manifest:
-    """Move staged shards into place, commit the manifest, then drop old shards and staging."""
-    for src, info in staged:
-        os.replace(src + ".idx", os.path.join(root, info.index))
-        os.replace(src, os.path.join(root, info.path))
-    fmt.write_manifest(root, manifest)
+    """Move staged shards and ``files`` (name -> contents, e.g. a quarantine table) into place,
+    commit the manifest, then drop the old dataset's files and the staging directory.
+
+    Each of ``files`` is written into the staging directory and renamed into ``root``
+    before the manifest, under a name new to this write (:func:`extra_file_name`);
+    ``manifest.extra["files"]`` maps each given name to it. On an error the files already
+    moved are removed again: the old dataset stays as it was, with its own extra files (a
+    killed process leaves them to the next write, which removes them as leftovers).
+    """
+    wid = os.path.basename(staging).removeprefix(STAGING_PREFIX)
+    names = {name: extra_file_name(_plain_name(name), wid) for name in files or {}}
+    if names:
+        manifest.extra["files"] = dict(sorted(names.items()))
+    moved: list[str] = []
+    try:
+        for name, data in (files or {}).items():
+            tmp = os.path.join(staging, names[name])
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(root, names[name]))
+            moved.append(names[name])
+        for src, info in staged:
+            moved.append(info.index)
+            os.replace(src + ".idx", os.path.join(root, info.index))
+            moved.append(info.path)
+            os.replace(src, os.path.join(root, info.path))
+        fmt.write_manifest(root, manifest)
+    except BaseException:
+        for name in moved:
+            _remove(os.path.join(root, name))
+        raise
     _fsync_dir(root)
     new_files = _manifest_files(manifest)
     for name in _manifest_files(old) - new_files:
         _remove(os.path.join(root, name))
     _remove(staging)
     return manifest
+
+
+def _plain_name(name: str) -> str:
+    if not re.fullmatch(r"[\w=-]+\.[\w.]+", name):
+        raise GpusparkError(
+            f"extra dataset file name {name!r} must look like 'name.ext' (letters, digits, "
+            "'_', '-', '=')"
+        )
+    return name
 
 
 def _fsync_dir(path: str) -> None:

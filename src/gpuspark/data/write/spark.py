@@ -150,6 +150,7 @@ def write_dataframe(
     provenance: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
     sample_fn: SampleFn | None = None,
+    files: Mapping[str, bytes] | None = None,
 ) -> Manifest:
     """Write a Spark DataFrame as a gpuspark dataset: one shard per partition; return the manifest.
 
@@ -160,7 +161,9 @@ def write_dataframe(
     partition count rounded up to a multiple of ``world_size``), so shards differ by at most
     one record. With ``split_col``, each split value gets its own shards (recorded in
     ``manifest.splits``), balanced the same way. ``path`` must be a local or shared
-    file-system path that the executors can reach.
+    file-system path that the executors can reach. ``files`` (``{"name.ext": contents}``) are
+    committed with the shards, before the manifest (listed in ``manifest.extra["files"]``,
+    see :func:`gpuspark.data.write.commit.commit`).
     """
     if compression not in fmt.CODECS:
         raise fmt.unknown_codec_error(compression)
@@ -185,6 +188,7 @@ def write_dataframe(
             sample_fn,
             provenance,
             extra,
+            files,
         )
 
 
@@ -201,6 +205,7 @@ def _write_spark(
     sample_fn: SampleFn | None,
     provenance: Mapping[str, Any] | None,
     extra: Mapping[str, Any] | None,
+    files: Mapping[str, bytes] | None,
 ) -> Manifest:
     balance = num_shards is not None or world_size is not None or split_col is not None
     cached = balance and not df.storageLevel.useMemory and not df.storageLevel.useDisk
@@ -221,7 +226,7 @@ def _write_spark(
     manifest.extra.update(extra or {})
     if world_size:
         manifest.extra.setdefault("world_size", world_size)
-    return commit(root, staged, manifest, old, staging)
+    return commit(root, staged, manifest, old, staging, files)
 
 
 def _spark_provenance(df: Any, given: Mapping[str, Any] | None, writer: str) -> dict[str, Any]:
@@ -276,6 +281,7 @@ def write_partitions(
     provenance: Mapping[str, Any] | None = None,
     extra: Callable[[list[dict[str, Any]]], Mapping[str, Any]] | None = None,
     world_size: int | None = None,
+    files: Callable[[list[dict[str, Any]]], Mapping[str, bytes]] | None = None,
 ) -> tuple[Manifest, list[dict[str, Any]]]:
     """Write a dataset whose shards the caller has planned: shard ``i`` (split ``splits[i]``)
     is made from the rows whose int column ``shard_col`` is ``i``, by
@@ -285,8 +291,11 @@ def write_partitions(
     For jobs that do their heavy work while writing (read, assemble, transform each input,
     one at a time), so nothing is cached or shuffled after it. ``partition_fn`` yields the
     samples to write and ``Report`` dicts to return (quarantined inputs, counts); the
-    manifest's ``extra`` is ``extra(reports)``. Same staging and commit as
-    :func:`write_dataframe`: exactly one attempt's shard and reports count per shard.
+    manifest's ``extra`` is ``extra(reports)``, and ``files(reports)`` are committed with the
+    shards (as in :func:`write_dataframe`). Both run on the driver before the commit: an
+    exception they raise aborts the write and leaves the old dataset (if any) as it was.
+    Same staging and commit as :func:`write_dataframe`: exactly one attempt's shard and
+    reports count per shard.
     """
     from pyspark.sql import functions as F
 
@@ -312,4 +321,5 @@ def write_partitions(
         manifest.extra.update(extra(reports) if extra else {})
         if world_size:
             manifest.extra.setdefault("world_size", world_size)
-        return commit(root, staged, manifest, old, staging), reports
+        more = files(reports) if files else None
+        return commit(root, staged, manifest, old, staging, more), reports

@@ -1,0 +1,39 @@
+"""Spark preprocessing jobs: DICOM series and image folders to gpuspark shards.
+
+:func:`prep_dicom` turns DICOM files (any names, nested folders, mixed series) into one
+volume per series; :func:`prep_images` turns an image folder ``src/<label>/<file>`` into
+image samples. The library takes typed values (tuples, floats, presets); the text forms
+(``"z,y,x"``, ``"0.8,0.1,0.1"``, ``"L,W"``) are the CLI's to parse.
+
+Everything that can be checked on the driver (source, destination, world size, labels file,
+options) is checked before a cluster or a Spark stage starts. Every input ends up either in
+a row or in the quarantine table (path, series if known, reason, exception type, stage),
+committed with the shards before the manifest as ``quarantine-<write id>.parquet``
+(``manifest.extra["files"]["quarantine.parquet"]``, :attr:`PrepResult.quarantine_path`); the
+counts are in ``extra["quarantine"]`` and in :class:`PrepResult`:
+``inputs == files_in_rows + quarantined``. A job that makes no record fails with
+:class:`PrepError` and leaves the destination as it was.
+
+The modules behind this face: ``common`` (driver checks, write options, quarantine table,
+result), ``progress`` (the progress watcher), ``shards`` (shard planning), ``dicom`` and
+``images`` (the jobs). Import from ``gpuspark.data.prep``; the layout behind it may change.
+"""
+
+from __future__ import annotations
+
+from gpuspark.data.prep.common import QUARANTINE_FILE, PrepResult
+from gpuspark.data.prep.dicom import prep_dicom
+from gpuspark.data.prep.images import prep_images
+from gpuspark.data.prep.progress import Progress
+from gpuspark.data.prep.shards import plan_shards
+from gpuspark.errors import PrepError
+
+__all__ = [
+    "QUARANTINE_FILE",
+    "PrepError",
+    "PrepResult",
+    "Progress",
+    "plan_shards",
+    "prep_dicom",
+    "prep_images",
+]

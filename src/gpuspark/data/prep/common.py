@@ -1,0 +1,273 @@
+"""What both prep jobs share: checks made on the driver before any Spark work, write
+options, the quarantine table, the outcome check and the result."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuspark import storage
+from gpuspark.errors import LabelsError, PrepError
+
+__all__ = [
+    "QUARANTINE_FILE",
+    "SHARD_BYTES",
+    "PrepResult",
+    "WriteOptions",
+    "arrow_schema",
+    "by_reason",
+    "check_destination",
+    "check_outcome",
+    "check_source",
+    "check_split",
+    "check_world",
+    "cores",
+    "quarantine_path",
+    "quarantine_table",
+    "read_label_table",
+    "record_batches",
+    "split_counts",
+    "task_count",
+]
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_FILE = "quarantine.parquet"
+"""The quarantine table's name in ``files=``; committed as ``quarantine-<write id>.parquet``
+(``manifest.extra["files"]["quarantine.parquet"]`` names it)."""
+SHARD_BYTES = 128 << 20
+MOSTLY_QUARANTINED = 0.5
+"""Above this share of quarantined inputs a prep job logs a warning."""
+
+
+@dataclass
+class PrepResult:
+    """What a prep job did. ``inputs == files_in_rows + quarantined`` always holds."""
+
+    dataset: str
+    kind: str
+    inputs: int
+    rows: int
+    files_in_rows: int
+    quarantined: int
+    quarantined_items: int
+    by_reason: dict[str, int]
+    splits: dict[str, int]
+    shards: int
+    bytes: int
+    seconds: float
+    quarantine_path: str | None
+    label_map: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-data view (for ``--json``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How a prep job's rows become shards (passed through to the writers)."""
+
+    fractions: tuple[float, ...] | None
+    world_size: int | None
+    num_shards: int | None
+    overwrite: bool
+    compression: str | None
+
+
+# --------------------------------------------------------------------------- driver checks
+
+
+def check_source(src: str | os.PathLike[str]) -> str:
+    """The source folder as an absolute path (a remote URL as given): it must exist, be a
+    directory and be readable."""
+    text = os.fspath(src)
+    if storage.is_url(text):
+        return text
+    p = Path(storage.local_path(text)).expanduser()
+    if not p.exists():
+        raise PrepError(f"source {text} does not exist", remedy="check the path")
+    if not p.is_dir():
+        raise PrepError(
+            f"source {text} is not a directory", remedy="pass the folder holding the files"
+        )
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise PrepError(f"source {text} is not readable", remedy="check its permissions")
+    return str(p.resolve())
+
+
+def check_destination(dst: str | os.PathLike[str], overwrite: bool) -> str:
+    """The dataset directory as an absolute local path, refused now (not after the Spark job)
+    when it holds a dataset and ``overwrite`` is off, or other files."""
+    from gpuspark.data.write import check_target
+
+    text = os.fspath(dst)
+    if storage.is_url(text):
+        raise PrepError(
+            f"destination {text} is a remote URL", remedy="write to a local or shared path"
+        )
+    root = os.path.abspath(os.path.expanduser(storage.local_path(text)))
+    check_target(root, overwrite)
+    return root
+
+
+def check_world(world_size: int | None, num_shards: int | None) -> None:
+    """``world_size`` and ``num_shards`` are at least 1 when given."""
+    for name, value in (("world_size", world_size), ("num_shards", num_shards)):
+        if value is not None and value < 1:
+            raise PrepError(f"{name} must be at least 1, got {value}")
+
+
+def check_split(split: Sequence[float] | None) -> tuple[float, ...] | None:
+    """Split fractions (train, val[, test]) as a tuple; text is the CLI's to parse."""
+    from gpuspark.data.sources import parse_split
+
+    if isinstance(split, str):
+        raise PrepError(
+            f"split must be a sequence of fractions such as (0.8, 0.1, 0.1), got text {split!r}"
+        )
+    try:
+        return parse_split(split)
+    except (TypeError, ValueError) as exc:
+        raise PrepError(str(exc)) from exc
+
+
+def read_label_table(labels: str | os.PathLike[str] | None) -> Any:
+    """The labels CSV (read on the driver), or None; an unreadable file is a one-line error."""
+    from gpuspark.data.sources import read_labels
+
+    if labels is None:
+        return None
+    try:
+        return read_labels(labels)
+    except LabelsError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
+        what = "is not a UTF-8 text file" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise LabelsError(
+            f"labels file {os.fspath(labels)} cannot be read: {what}",
+            remedy="pass a CSV file with a header line such as: series_uid,label",
+        ) from exc
+
+
+# --------------------------------------------------------------------------- cluster size
+
+
+def cores(spark: Any) -> int:
+    """Task slots of the cluster: ``defaultParallelism`` / ``spark.task.cpus`` (else 2).
+
+    Spark has no public call for the concurrent task slots (its scheduler's
+    ``maxNumConcurrentTasks`` is internal). On a standalone cluster ``defaultParallelism`` is
+    the total cores of the registered executors when ``spark.default.parallelism`` is unset,
+    which the session path leaves unset; divided by the cores each task takes, that is the
+    number of tasks that run at once.
+    """
+    sc = spark.sparkContext
+    try:
+        per_task = int(sc.getConf().get("spark.task.cpus", "1") or 1)
+        slots = int(sc.defaultParallelism) // max(1, per_task)
+    except Exception:  # a session without a usable conf: plan for a small cluster
+        slots = 0
+    return slots if slots > 0 else 2
+
+
+def task_count(spark: Any, items: int, per_task: int, per_core: int = 4) -> int:
+    """Enough tasks to balance the cores, but at least ``per_task`` items per task."""
+    return max(1, min(-(-items // per_task), cores(spark) * per_core))
+
+
+# --------------------------------------------------------------------------- Arrow rows
+
+
+def record_batches(rows: Iterable[dict[str, Any]], ddl: str, size: int) -> Iterator[Any]:
+    """``rows`` as Arrow record batches of ``size`` rows (the last one shorter)."""
+    import pyarrow as pa
+
+    schema = arrow_schema(ddl)
+    it = iter(rows)
+    while chunk := list(itertools.islice(it, size)):
+        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+
+
+def arrow_schema(ddl: str) -> Any:
+    """The pyarrow schema of a Spark DDL string made of the few types used here."""
+    import pyarrow as pa
+
+    types = {
+        "string": pa.string(),
+        "long": pa.int64(),
+        "int": pa.int32(),
+        "binary": pa.binary(),
+        "array<int>": pa.list_(pa.int32()),
+        "array<double>": pa.list_(pa.float64()),
+        "array<string>": pa.list_(pa.string()),
+    }
+    return pa.schema([(n, types[t]) for n, t in (c.split(" ", 1) for c in ddl.split(", "))])
+
+
+# --------------------------------------------------------------------------- quarantine, result
+
+
+def quarantine_table(rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """The quarantine table (path, series_uid, reason, error_type, stage) as the ``files=``
+    of a write: Parquet bytes committed with the shards, before the manifest (always, even
+    when empty, so that no older table outlives the dataset it belonged to)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema(
+        [(n, pa.string()) for n in ("path", "series_uid", "reason", "error_type", "stage")]
+    )
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buf)
+    return {QUARANTINE_FILE: buf.getvalue()}
+
+
+def quarantine_path(root: str, manifest: Any) -> str | None:
+    """Where the committed dataset's quarantine table is."""
+    name = (manifest.extra.get("files") or {}).get(QUARANTINE_FILE)
+    return os.path.join(root, name) if name else None
+
+
+def by_reason(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Quarantined inputs per reason (its text up to the first ':'), most frequent first."""
+    out: dict[str, int] = {}
+    for r in rows:
+        key = r["reason"].split(":")[0][:80]
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def check_outcome(job: str, src: str, dst: str, inputs: int, rows: int, q_rows: list) -> None:
+    """Refuse a job that made no records (nothing is committed); warn when most inputs
+    were quarantined."""
+    reasons = ", ".join(f"{k} ({v})" for k, v in list(by_reason(q_rows).items())[:3])
+    if rows == 0:
+        raise PrepError(
+            f"{job} of {src} produced no records: {len(q_rows)} of {inputs} inputs were "
+            f"quarantined (top reasons: {reasons or 'none'})",
+            remedy=f"fix the inputs or the options; nothing was written to {dst}",
+        )
+    if inputs and len(q_rows) / inputs > MOSTLY_QUARANTINED:
+        log.warning(
+            "%s of %s: %d of %d inputs were quarantined (top reasons: %s)",
+            job,
+            src,
+            len(q_rows),
+            inputs,
+            reasons,
+        )
+
+
+def split_counts(manifest: Any) -> dict[str, int]:
+    """Records per split of a manifest."""
+    records = {s.path: s.records for s in manifest.shards}
+    return {name: sum(records[p] for p in paths) for name, paths in manifest.splits.items()}

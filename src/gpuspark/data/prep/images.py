@@ -1,0 +1,296 @@
+"""The image job: an image folder ``src/<label>/<file>.{jpg,jpeg,png}`` to image shards.
+
+Spark's ``binaryFile`` source lists the files (only ``path`` and ``length``); executor tasks
+read and convert them; :func:`gpuspark.data.write.write_dataframe` writes them, balanced for
+the training world size, with the quarantine table committed beside the shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from gpuspark.cluster.session import JobKind, job_session
+from gpuspark.data.prep.common import (
+    PrepResult,
+    WriteOptions,
+    by_reason,
+    check_destination,
+    check_outcome,
+    check_source,
+    check_split,
+    check_world,
+    quarantine_path,
+    quarantine_table,
+    record_batches,
+    split_counts,
+    task_count,
+)
+from gpuspark.data.prep.progress import Progress, Watcher
+from gpuspark.errors import PrepError, QuarantineError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["prep_images"]
+
+_IMAGE_DDL = (
+    "status string, id string, label int, label_name string, split string, image binary, "
+    "format string, shape array<int>, width int, height int, path string, reason string, "
+    "error_type string"
+)
+
+
+def prep_images(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    mode: str = "keep",
+    size: int = 224,
+    split: Sequence[float] | None = None,
+    world_size: int | None = None,
+    num_shards: int | None = None,
+    overwrite: bool = False,
+    compression: str | None = None,
+    spark: Any = None,
+    master: str | None = None,
+    spec: Any = None,
+    progress: Progress | None = None,
+) -> PrepResult:
+    """An image folder ``src/<label>/<file>.{jpg,jpeg,png}`` to an image dataset.
+
+    ``mode``: ``keep`` (original bytes), ``resize`` (JPEG, shorter side = ``size``) or
+    ``predecode`` (``size`` x ``size`` x 3 uint8). Labels are the sorted folder names
+    (``extra["label_map"]``). ``split``: train/val[/test] fractions such as ``(0.9, 0.1)``,
+    assigned by a stable hash of each file's path relative to ``src``; None: no splits.
+    Checks made on the driver come before a cluster starts; a job that makes no record
+    fails with :class:`PrepError` and commits nothing.
+    """
+    from gpuspark.data.sources import ImageOptions
+
+    t0 = time.monotonic()
+    src_s = check_source(src)
+    check_world(world_size, num_shards)
+    try:
+        options = ImageOptions(mode=mode, size=size)
+    except ValueError as exc:
+        raise PrepError(str(exc)) from exc
+    fractions = check_split(split)
+    root = check_destination(dst, overwrite)
+    opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
+    with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
+        return _run_images(sp, src_s, root, options, opts, progress, t0)
+
+
+def _list_nonempty(spark: Any, src: str) -> tuple[Any, int]:
+    """The persisted file listing of ``src`` (path, length; contents are not read) and its
+    size; refuses an empty source."""
+    reader = spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+    files = reader.load(src).select("path", "length").persist()
+    n_files = files.count()
+    if n_files == 0:
+        files.unpersist()
+        raise PrepError(f"source {src} holds no files", remedy="check the path")
+    return files, n_files
+
+
+def _image_fn(
+    root: str, options: Any, index: dict[str, int], split: Any, rows_acc: Any, q_acc: Any
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def images(batches: Iterator[Any]) -> Iterator[Any]:
+        rows = (
+            _one_image(path, root, options, index, split, rows_acc, q_acc)
+            for batch in batches
+            for path in batch.column("path").to_pylist()
+        )
+        return record_batches(rows, _IMAGE_DDL, 64)
+
+    return images
+
+
+def _one_image(
+    path: str,
+    root: str,
+    options: Any,
+    index: dict[str, int],
+    split: Any,
+    rows_acc: Any,
+    q_acc: Any,
+) -> dict[str, Any]:
+    from gpuspark.data.sources import assign_split, class_of, prep_image, read_bytes
+
+    rec: dict[str, Any] = {"path": path}
+    try:
+        name, rel = class_of(path, root)
+        row = prep_image(read_bytes(path), options)
+        img = row.pop("image")
+        rec.update(row, status="ok", id=rel, label=index[name], label_name=name)
+        if hasattr(img, "shape"):
+            rec.update(image=img.tobytes(), shape=list(img.shape))
+        else:
+            rec["image"] = img
+        if split is not None:
+            rec["split"] = assign_split(rel, split)
+        rows_acc.add(1)
+    except Exception as e:
+        qe = QuarantineError.wrap(e, "image failed", path)
+        rec.update(status="quarantined", reason=qe.reason, error_type=qe.error_type)
+        q_acc.add(1)
+    return rec
+
+
+def _image_sample(row: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    from gpuspark.data.format import EncodedImage
+
+    if row["format"] == "raw":
+        image: Any = np.frombuffer(row["image"], dtype=np.uint8).reshape(row["shape"])
+    else:
+        image = EncodedImage(row["image"], row["format"])
+    return {
+        "image": image,
+        "label": int(row["label"]),
+        "label_name": row["label_name"],
+        "id": row["id"],
+        "width": int(row["width"]),
+        "height": int(row["height"]),
+    }
+
+
+def _class_names(files: Any, root: str) -> list[str]:
+    from gpuspark.data.sources import class_of
+
+    def names(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        seen: set[str] = set()
+        for batch in batches:
+            for path in batch.column("path").to_pylist():
+                with contextlib.suppress(QuarantineError):
+                    seen.add(class_of(path, root)[0])
+        yield pa.RecordBatch.from_pydict(
+            {"name": sorted(seen)}, schema=pa.schema([("name", pa.string())])
+        )
+
+    rows = files.mapInArrow(names, "name string").distinct().collect()
+    return sorted(r["name"] for r in rows)
+
+
+def _images_extra(
+    src: str, options: Any, fractions: Any, label_map: dict[str, str], n_files: int, q_rows: list
+) -> dict[str, Any]:
+    return {
+        "prep": {
+            "kind": "images",
+            "source": src,
+            "mode": options.mode,
+            "size": options.size,
+            "split": list(fractions) if fractions else None,
+            "split_by": "relative path",
+        },
+        "label_map": label_map,
+        "quarantine": {
+            "inputs": n_files,
+            "rows": n_files - len(q_rows),
+            "files": len(q_rows),
+            "by_reason": by_reason(q_rows),
+        },
+    }
+
+
+def _run_images(
+    spark: Any,
+    src: str,
+    root: str,
+    options: Any,
+    opts: WriteOptions,
+    progress: Progress | None,
+    t0: float,
+) -> PrepResult:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from gpuspark.data.write import write_dataframe
+
+    sc = spark.sparkContext
+    counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
+    with Watcher(spark, progress, counters) as watch:
+        files, n_files = _list_nonempty(spark, src)
+        names = _class_names(files, src)
+        if not names:
+            files.unpersist()
+            raise PrepError(
+                f"source {src} has no class folders with images",
+                remedy="use the layout SRC/<label>/<file>.jpg",
+            )
+        index = {n: i for i, n in enumerate(names)}
+        watch.phase = "images"
+        fn = _image_fn(src, options, index, opts.fractions, *counters.values())
+        out = (
+            files.repartition(task_count(spark, n_files, 32))
+            .mapInArrow(fn, _IMAGE_DDL)
+            .persist(StorageLevel.DISK_ONLY)
+        )
+        try:
+            q_rows = [
+                {**r.asDict(), "series_uid": None, "stage": "image"}
+                for r in out.filter(F.col("status") == "quarantined")
+                .select("path", "reason", "error_type")
+                .collect()
+            ]
+            check_outcome("prep images", src, root, n_files, n_files - len(q_rows), q_rows)
+            watch.phase = "write"
+            label_map = {str(i): n for n, i in index.items()}
+            manifest = write_dataframe(
+                out.filter(F.col("status") == "ok").drop("status", "reason", "error_type", "path"),
+                root,
+                world_size=opts.world_size,
+                num_shards=opts.num_shards,
+                split_col="split" if opts.fractions else None,
+                overwrite=opts.overwrite,
+                compression=opts.compression,
+                provenance={"source": src, "job": "prep images"},
+                extra=_images_extra(src, options, opts.fractions, label_map, n_files, q_rows),
+                sample_fn=_image_sample,
+                files=quarantine_table(q_rows),
+            )
+        finally:
+            out.unpersist()
+            files.unpersist()
+    _warn_empty_splits(src, opts.fractions, split_counts(manifest))
+    return PrepResult(
+        dataset=root,
+        kind="images",
+        inputs=n_files,
+        rows=manifest.total_records,
+        files_in_rows=manifest.total_records,
+        quarantined=len(q_rows),
+        quarantined_items=len(q_rows),
+        by_reason=by_reason(q_rows),
+        splits=split_counts(manifest),
+        shards=len(manifest.shards),
+        bytes=sum(s.bytes for s in manifest.shards),
+        seconds=round(time.monotonic() - t0, 3),
+        quarantine_path=quarantine_path(root, manifest),
+        label_map=label_map,
+        timings=watch.timings,
+    )
+
+
+def _warn_empty_splits(src: str, fractions: Any, counts: dict[str, int]) -> None:
+    """A split asked for that got no image (a small folder): training needs ``val``."""
+    from gpuspark.data.sources import SPLIT_NAMES
+
+    empty = [n for n, f in zip(SPLIT_NAMES, fractions or (), strict=False) if f and n not in counts]
+    if empty:
+        log.warning(
+            "prep images of %s: split %s got no images (fractions %s, by a hash of each path); "
+            "add images or change the split",
+            src,
+            ", ".join(empty),
+            ",".join(f"{f:g}" for f in fractions),
+        )
