@@ -79,6 +79,16 @@ def _is_leftover(name: str, keep: set[str]) -> bool:
     return bool(_SHARD_RE.match(name) or _EXTRA_RE.match(name)) and name not in keep
 
 
+def _replaceable_manifest(root: str) -> Manifest | None:
+    """The manifest an overwrite replaces, or ``None`` when it does not parse."""
+    from gpuspark.errors import NotADatasetError
+
+    try:
+        return fmt.load_manifest(root)
+    except NotADatasetError:
+        return None
+
+
 def check_target(root: str, overwrite: bool) -> Manifest | None:
     """Check that a write may go to ``root``, changing nothing; return the manifest it would
     replace. Callers with a long job ahead call it first, to refuse before any work."""
@@ -93,7 +103,9 @@ def check_target(root: str, overwrite: bool) -> Manifest | None:
                 f"{root} already holds a gpuspark dataset",
                 remedy="pass overwrite=True (--overwrite) to replace it, or choose another path",
             )
-        old = fmt.load_manifest(root)
+        old = _replaceable_manifest(root)
+        if old is None:  # a broken manifest: the directory was a dataset; overwrite replaces it
+            return None
     keep = _manifest_files(old)
     # Files next to a committed dataset belong to it and are left alone on overwrite; an
     # uncommitted directory must hold only gpuspark leftovers.
