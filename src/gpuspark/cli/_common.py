@@ -29,6 +29,22 @@ MasterOpt = Annotated[
 ]
 
 
+def parse_numbers(
+    text: str | None, kind: type, count: int | None, option: str, form: str
+) -> tuple[Any, ...] | None:
+    """``"a,b,c"`` -> a tuple of ``kind`` (``None`` stays ``None``); a usage error naming the
+    option and the expected ``form`` otherwise. The library takes tuples: text ends here."""
+    if text is None:
+        return None
+    try:
+        out = tuple(kind(x) for x in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or (count is not None and len(out) != count):
+        raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option)
+    return out
+
+
 def print_json(obj: Any) -> None:
     """Write ``obj`` as indented JSON to stdout."""
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")

@@ -7,7 +7,14 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, print_json, print_table
+from gpuspark.cli._common import (
+    JsonOpt,
+    MasterOpt,
+    SpecOpt,
+    parse_numbers,
+    print_json,
+    print_table,
+)
 
 # Names the library accepts as they are (window presets and raw HU); kept here, not imported,
 # so that `gpuspark prep --help` needs no numpy.
@@ -63,37 +70,26 @@ def _progress_bar(enabled: bool) -> Any:
         yield update
 
 
-def _numbers(text: str | None, kind: type, count: int | None, option: str, form: str) -> Any:
-    """``"a,b,c"`` -> a tuple of ``kind``; a usage error naming the option otherwise."""
-    if text is None:
-        return None
-    try:
-        out = tuple(kind(x) for x in text.split(","))
-    except ValueError:
-        out = ()
-    if not out or (count is not None and len(out) != count):
-        raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option)
-    return out
-
-
 def _triple(text: str | None, kind: type, option: str) -> Any:
     what = "integers" if kind is int else "numbers"
     form = f"three positive {what} z,y,x (e.g. {'32,48,48' if kind is int else '1,0.8,0.8'})"
-    out = _numbers(text, kind, 3, option, form)
+    out = parse_numbers(text, kind, 3, option, form)
     if out is not None and min(out) <= 0:
         raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option)
     return out
 
 
 def _split(text: str, option: str = "--split") -> Any:
-    return _numbers(text, float, None, option, "fractions train,val[,test] such as 0.8,0.1,0.1")
+    return parse_numbers(
+        text, float, None, option, "fractions train,val[,test] such as 0.8,0.1,0.1"
+    )
 
 
 def _window(text: str) -> Any:
     """A preset name as is (the library names close misses); ``L,W`` -> ``(level, width)``."""
     if text.lower() in _WINDOW_NAMES or "," not in text:
         return text
-    return _numbers(text, float, 2, "--window", "a preset or LEVEL,WIDTH such as 40,400")
+    return parse_numbers(text, float, 2, "--window", "a preset or LEVEL,WIDTH such as 40,400")
 
 
 def _summary(res: Any, json: bool) -> None:

@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, echo, print_json, print_table
+from gpuspark.cli._common import (
+    JsonOpt,
+    MasterOpt,
+    SpecOpt,
+    echo,
+    parse_numbers,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from gpuspark.train.recipes import TrainSummary
@@ -59,7 +67,7 @@ def train(
         depth=depth,
         width=width,
         stem_stride=stem_stride,
-        window=recipes.parse_window(window),
+        window=_window(window),
         threads=threads,
         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
         checkpoint_every=checkpoint_every,
@@ -78,6 +86,15 @@ def train(
         print_json(summary.as_dict())
         return
     _print_summary(summary)
+
+
+def _window(text: str | None) -> tuple[float, float] | None:
+    """``LEVEL,WIDTH`` in HU: the training-time re-window of prepared uint8 volumes."""
+    form = "LEVEL,WIDTH in HU with WIDTH > 0, e.g. 100,100"
+    pair = parse_numbers(text, float, 2, "--window", form)
+    if pair is not None and pair[1] <= 0:
+        raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint="--window")
+    return None if pair is None else (pair[0], pair[1])
 
 
 def _print_summary(summary: TrainSummary) -> None:

@@ -13,7 +13,7 @@ dataset against the recipe, launches :func:`train` on N processes (Spark by defa
 returns rank 0's summary.
 
 ==================  ===========================================================================
-``config``          :class:`RecipeConfig`, :func:`parse_window`
+``config``          :class:`RecipeConfig`
 ``registry``        :class:`Recipe`, register / get, the dataset check
 ``common``          augmentation and scores the recipes share
 ``runner``          :func:`train` (per rank), :func:`run` (driver)
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy, augment, roc_auc
-from gpuspark.train.recipes.config import RESNET_DEPTHS, RecipeConfig, parse_window
+from gpuspark.train.recipes.config import RESNET_DEPTHS, RecipeConfig
 from gpuspark.train.recipes.registry import (
     Decoder,
     Recipe,
@@ -65,7 +65,6 @@ __all__ = [
     "decode_image",
     "decode_volume",
     "get_recipe",
-    "parse_window",
     "preflight",
     "recipe_names",
     "register_recipe",

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuspark.errors import RecipeError
 
-__all__ = ["RESNET_DEPTHS", "RecipeConfig", "parse_window"]
+__all__ = ["RESNET_DEPTHS", "RecipeConfig"]
 
 RESNET_DEPTHS = (10, 18, 34, 50)
 """The MONAI ResNet depths a recipe can build."""
@@ -76,24 +76,3 @@ class RecipeConfig:
     def out_dir(self) -> str | None:
         """Where ``best.pt`` and ``history.json`` go: ``out``, else ``checkpoint_dir``."""
         return self.out or self.checkpoint_dir
-
-
-def parse_window(text: str | None) -> tuple[float, float] | None:
-    """``"100,100"`` -> ``(100.0, 100.0)`` (level, width in HU); ``None`` stays ``None``.
-
-    The training-time re-window of already prepared uint8 volumes. It is not
-    :func:`gpuspark.data.sources.parse_window`, which picks the window a DICOM series is
-    prepared with: that one takes presets (``soft-tissue``, ``lung``, ``bone``) and ``hu``
-    (raw units, no window) and returns a ``Window``; here ``None`` means "as stored".
-    """
-    if text is None:
-        return None
-    try:
-        level, width = (float(v) for v in text.split(","))
-    except ValueError as exc:
-        raise RecipeError(
-            f"window must be LEVEL,WIDTH in HU (e.g. 100,100), got: {text!r}"
-        ) from exc
-    if width <= 0:
-        raise RecipeError(f"window width must be > 0, got: {text!r}")
-    return level, width
