@@ -1,0 +1,78 @@
+"""A new user's mistakes on the embedded cluster fail fast and say what to do (real cluster).
+
+Reproduces, as a user types them: a launch that cannot fit (once waited ~10 minutes on
+Spark's barrier retries), `cluster up` with a dead worker (once "already running; nothing
+started", exit 0), and Spark's start-up noise on the console.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+SCRIPT = "import os\nprint('rank', os.environ['RANK'], flush=True)\n"
+
+
+def _cli(*args: str, cwd: Path, state: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPUSPARK_STATE_DIR": str(state), "PYSPARK_PYTHON": sys.executable}
+    env["GPUSPARK_LOG_DIR"] = str(state / "driver-logs")
+    env.pop("GPUSPARK_SPEC", None)
+    cmd = [sys.executable, "-m", "gpuspark.cli.main", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_unfit_launch_fails_in_seconds_dead_worker_is_reported(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (tmp_path / "ddp.py").write_text(SCRIPT)
+    try:
+        up = _cli(
+            "cluster",
+            "up",
+            "--workers",
+            "2",
+            "--gpus",
+            "2",
+            "--cores",
+            "2",
+            cwd=tmp_path,
+            state=state,
+        )
+        assert up.returncode == 0, up.stderr
+        # Spark's own start-up notes and WARN lines stay out of the console (they go to a file)
+        assert " WARN " not in up.stdout + up.stderr
+
+        t0 = time.monotonic()
+        proc = _cli(
+            "launch", "-n", "8", "--gpus-per-process", "0", "ddp.py", cwd=tmp_path, state=state
+        )
+        seconds = time.monotonic() - t0
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert seconds < 60, f"took {seconds:.0f} s"
+        err = proc.stderr
+        assert "not enough free slots" in err and "needs 8 tasks" in err
+        assert "4 cores free" in err  # the real numbers: 2 workers x 2 cores
+        assert "Traceback" not in proc.stdout + err
+        assert " WARN " not in proc.stdout + err
+
+        status = json.loads(_cli("cluster", "status", "--json", cwd=tmp_path, state=state).stdout)
+        victim = status["workers"][1]["pid"]
+        os.killpg(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and Path(f"/proc/{victim}").exists():
+            time.sleep(0.2)
+        again = _cli("cluster", "up", cwd=tmp_path, state=state)
+        assert again.returncode == 1
+        assert "worker(s) 1 not alive" in again.stderr
+        assert "gpuspark cluster down && gpuspark cluster up" in again.stderr
+    finally:
+        down = _cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
+    assert down.returncode == 0
