@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,19 +21,11 @@ pytestmark = pytest.mark.spark
 SCRIPT = "import os\nprint('rank', os.environ['RANK'], flush=True)\n"
 
 
-def _cli(*args: str, cwd: Path, state: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GPUSPARK_STATE_DIR": str(state), "PYSPARK_PYTHON": sys.executable}
-    env["GPUSPARK_LOG_DIR"] = str(state / "driver-logs")
-    env.pop("GPUSPARK_SPEC", None)
-    cmd = [sys.executable, "-m", "gpuspark.cli.main", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def test_unfit_launch_fails_in_seconds_dead_worker_is_reported(tmp_path: Path) -> None:
+def test_unfit_launch_fails_in_seconds_dead_worker_is_reported(tmp_path: Path, cli: Any) -> None:
     state = tmp_path / "state"
     (tmp_path / "ddp.py").write_text(SCRIPT)
     try:
-        up = _cli(
+        up = cli(
             "cluster",
             "up",
             "--workers",
@@ -51,7 +42,7 @@ def test_unfit_launch_fails_in_seconds_dead_worker_is_reported(tmp_path: Path) -
         assert " WARN " not in up.stdout + up.stderr
 
         t0 = time.monotonic()
-        proc = _cli(
+        proc = cli(
             "launch", "-n", "8", "--gpus-per-process", "0", "ddp.py", cwd=tmp_path, state=state
         )
         seconds = time.monotonic() - t0
@@ -63,16 +54,16 @@ def test_unfit_launch_fails_in_seconds_dead_worker_is_reported(tmp_path: Path) -
         assert "Traceback" not in proc.stdout + err
         assert " WARN " not in proc.stdout + err
 
-        status = json.loads(_cli("cluster", "status", "--json", cwd=tmp_path, state=state).stdout)
+        status = json.loads(cli("cluster", "status", "--json", cwd=tmp_path, state=state).stdout)
         victim = status["workers"][1]["pid"]
         os.killpg(victim, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and Path(f"/proc/{victim}").exists():
             time.sleep(0.2)
-        again = _cli("cluster", "up", cwd=tmp_path, state=state)
+        again = cli("cluster", "up", cwd=tmp_path, state=state)
         assert again.returncode == 1
         assert "worker(s) 1 not alive" in again.stderr
         assert "gpuspark cluster down && gpuspark cluster up" in again.stderr
     finally:
-        down = _cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
+        down = cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
     assert down.returncode == 0

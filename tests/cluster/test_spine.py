@@ -41,14 +41,6 @@ DDP_SCRIPT = textwrap.dedent(
 )
 
 
-def _cli(*args: str, cwd: Path, state: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GPUSPARK_STATE_DIR": str(state), "PYSPARK_PYTHON": sys.executable}
-    env["GPUSPARK_LOG_DIR"] = str(state / "driver-logs")
-    env.pop("GPUSPARK_SPEC", None)
-    cmd = [sys.executable, "-m", "gpuspark.cli.main", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
 def _ok(proc: subprocess.CompletedProcess) -> str:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -66,8 +58,8 @@ def _driver_logs_clean(state: Path, expected: int) -> None:
         assert WASTED not in text, log
 
 
-def _down(tmp_path: Path, state: Path) -> None:
-    _cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
+def _down(cli: Any, tmp_path: Path, state: Path) -> None:
+    cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
 
 
 def _readme_block(title: str) -> str:
@@ -134,7 +126,7 @@ def _gpu_of_each_rank(out_dir: str) -> None:
 
 
 def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
-    tmp_path: Path,
+    tmp_path: Path, cli: Any
 ) -> None:
     from gpuspark.cluster.driver_log import driver_log_file
     from gpuspark.cluster.local import LocalCluster
@@ -143,8 +135,8 @@ def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
     state = tmp_path / "state"
     spec = ROOT / "examples" / "cluster.toml"
     try:
-        _ok(_cli("cluster", "up", "--spec", str(spec), cwd=tmp_path, state=state))
-        status = json.loads(_ok(_cli("cluster", "status", "--json", cwd=tmp_path, state=state)))
+        _ok(cli("cluster", "up", "--spec", str(spec), cwd=tmp_path, state=state))
+        status = json.loads(_ok(cli("cluster", "status", "--json", cwd=tmp_path, state=state)))
         shape = status["shape"]
         assert shape["spec_name"] == "dgx-a100"
         assert (shape["executor_gpus"], shape["task_gpu_amount"]) == (1, 0.25)
@@ -179,6 +171,6 @@ def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
         gpus = [(ranks / str(r)).read_text() for r in range(4)]
         assert sorted(gpus) == ["0", "1", "2", "3"]  # one whole GPU per rank
     finally:
-        _down(tmp_path, state)
+        _down(cli, tmp_path, state)
     own = driver_log_file()  # this test process's driver (the JVM starts once per process)
     assert not own.exists() or WASTED not in own.read_text()
