@@ -7,7 +7,14 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, SpecOpt, echo, print_json, print_table
+from gpuspark.cli._common import (
+    JsonOpt,
+    SpecOpt,
+    check_dir_option,
+    echo,
+    print_json,
+    print_table,
+)
 from gpuspark.errors import ClusterError
 
 StateDirOpt = Annotated[
@@ -47,19 +54,28 @@ def up(
     import time
 
     from gpuspark.cluster.local import LocalCluster
+    from gpuspark.spec import load_spec
 
+    _check_state_dir(state_dir)
+    spec_obj = load_spec(spec) if spec is not None else None
     running = LocalCluster.running(state_dir)
     if running is not None:
         _already_running(running.status().as_dict(), json_out)
         return
     t0 = time.monotonic()
     cluster = LocalCluster(
-        workers, cores, memory, gpus, spec=spec, state_dir=state_dir, timeout=timeout
+        workers, cores, memory, gpus, spec=spec_obj, state_dir=state_dir, timeout=timeout
     )
     cluster.start()
     status = cluster.status().as_dict()
     status["startup_seconds"] = round(time.monotonic() - t0, 2)
     _show(status, json_out, note=f"started in {status['startup_seconds']} s")
+
+
+def _check_state_dir(state_dir: Path | None) -> None:
+    """``--state-dir`` (or ``$GPUSPARK_STATE_DIR``) must be a directory or creatable."""
+    if state_dir is not None:
+        check_dir_option(state_dir, "--state-dir")
 
 
 def _already_running(info: dict[str, Any], json_out: bool) -> None:
@@ -80,6 +96,7 @@ def status(state_dir: StateDirOpt = None, json_out: JsonOpt = False) -> None:
     """Show master, workers (alive or dead) and GPU addresses (real or simulated)."""
     from gpuspark.cluster.local import LocalCluster
 
+    _check_state_dir(state_dir)
     info = LocalCluster(state_dir=state_dir).status().as_dict()
     _show(info, json_out)
     if info.get("running") and info["alive_workers"] < len(info["workers"]):
@@ -91,6 +108,7 @@ def down(state_dir: StateDirOpt = None, json_out: JsonOpt = False) -> None:
     """Stop exactly the processes that `up` started."""
     from gpuspark.cluster.local import LocalCluster
 
+    _check_state_dir(state_dir)
     stopped = LocalCluster(state_dir=state_dir).stop()
     if json_out:
         print_json({"stopped_pids": stopped})

@@ -47,7 +47,9 @@ def launch(
 ) -> None:
     """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it."""
     from gpuspark.launch import make_request, run_request
+    from gpuspark.spec import load_spec
 
+    spec_obj = load_spec(spec) if spec is not None else None  # checked in a dry run too
     req = make_request(
         script,
         *(script_args or []),
@@ -65,7 +67,7 @@ def launch(
         print_json({"plan": req.materialize()}) if json_out else typer.echo(req.materialize())
         return
     start = time.monotonic()
-    run_request(req, spec=spec)
+    run_request(req, spec=spec_obj)
     seconds = round(time.monotonic() - start, 2)
     if json_out:
         print_json({"ok": True, "ranks": num_processes, "seconds": seconds})

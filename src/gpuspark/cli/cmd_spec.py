@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, print_json, print_table
+from gpuspark.cli._common import JsonOpt, check_dir_option, print_json, print_table
 
 __all__ = ["register"]
 
@@ -27,6 +27,7 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented example cluster spec (two DGX A100 servers, three teams)."""
+    from gpuspark.errors import SpecError
     from gpuspark.spec import write_example
 
     if file is None:
@@ -34,6 +35,11 @@ def init(
 
         sys.stdout.write(example_spec())
         return
+    if file.is_dir():
+        raise SpecError(
+            f"{file} is a directory", remedy=f"name the file to write, e.g. {file / 'cluster.toml'}"
+        )
+    check_dir_option(file.parent, f"the folder of {file}:")
     write_example(file, force=force)
     typer.echo(f"wrote {file}; check it with: gpuspark validate {file}")
 
@@ -89,7 +95,10 @@ def render_spark_cmd(
     from gpuspark.cluster.conf import render_spark, write_rendered
     from gpuspark.spec import load_spec
 
-    files = render_spark(load_spec(spec_file), discovery_script_path=discovery_script)
+    spec = load_spec(spec_file)
+    if out_dir is not None:
+        check_dir_option(out_dir, "--out")
+    files = render_spark(spec, discovery_script_path=discovery_script)
     if out_dir is None:
         for name, content in files.items():
             sys.stdout.write(f"# ==> {name} <==\n{content}")

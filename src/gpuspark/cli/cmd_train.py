@@ -54,8 +54,10 @@ def train(
     json_out: JsonOpt = False,
 ) -> None:
     """Train a recipe with DDP on the cluster (embedded one by default); rank 0 logs epochs."""
+    from gpuspark.spec import load_spec
     from gpuspark.train import recipes
 
+    spec_obj = load_spec(spec) if spec is not None else None  # before the dataset and torch
     cfg = recipes.RecipeConfig(
         data=str(data),
         epochs=epochs,
@@ -79,7 +81,7 @@ def train(
         num_processes=num_processes,
         gpus_per_process=gpus_per_process,
         master=master,
-        spec=spec,
+        spec=spec_obj,
         local=local,
     )
     if json_out:

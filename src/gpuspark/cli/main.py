@@ -86,6 +86,15 @@ def _report(exc: BaseException) -> int:
     return 1
 
 
+def _path_error(exc: OSError) -> GpusparkError:
+    """Last resort for a path problem no check caught: one line naming the path."""
+    if exc.filename is None:
+        return GpusparkError(str(exc), remedy="check the paths given")
+    error = GpusparkError(f"{exc.filename}: {exc.strerror or exc}", remedy="check the path")
+    error.__cause__ = exc
+    return error
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
     try:
@@ -93,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         rc = app(args=argv, standalone_mode=False)
     except GpusparkError as exc:
         return _report(exc)
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-        return _report(exc)
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+        return _report(_path_error(exc))
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except typer.Abort:

@@ -33,7 +33,14 @@ def run_demo(cfg: DemoConfig, *, log: Any = print, spark: Any = None) -> dict[st
     With ``spark`` (a session on a cluster with 2 GPU slots per executor) the demo runs there
     and no cluster is started or stopped.
     """
+    from gpuspark.demo.staging import check_output_dir
+
     out = Path(cfg.out).resolve()
+    check_output_dir(Path(cfg.out), "output directory")
+    if spark is None and cfg.spec is not None:  # a bad spec is refused before anything is written
+        from gpuspark.spec import load_spec
+
+        load_spec(cfg.spec)
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     t_all = time.perf_counter()

@@ -196,4 +196,29 @@ def _script_path(path: str | os.PathLike[str]) -> str:
             f"script {os.fspath(path)}: {what}",
             remedy="give the path of a Python file (relative to the current directory or absolute)",
         )
+    _check_source_text(p, os.fspath(path))
     return str(p.resolve())
+
+
+def _check_source_text(p: Path, shown: str) -> None:
+    """Refuse a script that is not Python source text (binary, or not in its encoding) now,
+    not after N ranks have started and failed on it."""
+    import tokenize
+
+    try:
+        with open(p, "rb") as f:
+            data = f.read()
+        encoding, _ = tokenize.detect_encoding(iter(data.splitlines(keepends=True)).__next__)
+        data.decode(encoding)
+        ok = b"\0" not in data
+    except OSError as exc:
+        raise LaunchError(
+            f"script {shown}: cannot read it ({exc.strerror or exc})", remedy="check the path"
+        ) from None
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        ok = False
+    if not ok:
+        raise LaunchError(
+            f"script {shown} is not Python source text (binary or not UTF-8)",
+            remedy="give the path of a .py file",
+        )

@@ -25,14 +25,30 @@ __all__ = ["load_spec", "parse_spec"]
 def load_spec(path: str | os.PathLike[str]) -> ClusterSpec:
     """Read and validate a cluster spec file; raise :class:`SpecError` with one clear line."""
     path = Path(path)
+    create = "create one with `gpuspark init cluster.toml`"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        raise SpecError(f"{path}: no such file", remedy=create) from None
+    except IsADirectoryError:
         raise SpecError(
-            f"{path}: no such file", remedy="create one with `gpuspark init cluster.toml`"
+            f"{path} is a directory, not a spec file",
+            remedy="pass the path of a TOML file, e.g. cluster.toml",
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+    except NotADirectoryError:
+        raise SpecError(
+            f"{path}: no such file (a parent of it is a file, not a directory)",
+            remedy="check the path",
+        ) from None
+    except UnicodeDecodeError:
+        raise SpecError(
+            f"{path} is not a text file (not UTF-8): a spec is TOML text", remedy=create
+        ) from None
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise SpecError(f"{path}: cannot read: {reason}", remedy="check the path") from None
+    if not text.strip():
+        raise SpecError(f"{path} is empty", remedy=f"write a spec into it, or {create}")
     return parse_spec(text, source=str(path))
 
 
@@ -41,7 +57,10 @@ def parse_spec(text: str, source: str = "<string>") -> ClusterSpec:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(_toml_message(exc, text, source)) from None
+        raise SpecError(
+            _toml_message(exc, text, source),
+            remedy="fix the TOML there; `gpuspark init` writes a commented example",
+        ) from None
     try:
         return ClusterSpec.model_validate(data)
     except ValidationError as exc:

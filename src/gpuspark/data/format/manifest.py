@@ -149,6 +149,11 @@ def load_manifest(dataset_path_or_url: str | os.PathLike[str]) -> Manifest:
             remedy="point at a dataset directory written by ShardWriter / write_dataframe, "
             "or re-run the write that did not finish",
         ) from None
+    except OSError as exc:  # e.g. manifest.json is a directory
+        raise NotADatasetError(
+            f"{url}: cannot read the manifest ({exc.strerror or type(exc).__name__})",
+            remedy="point at a dataset directory written by gpuspark, or rewrite the dataset",
+        ) from None
     try:
         manifest = Manifest.from_json(text)
     except (ValueError, TypeError) as exc:

@@ -101,7 +101,17 @@ def check_source(src: str | os.PathLike[str]) -> str:
         )
     if not os.access(p, os.R_OK | os.X_OK):
         raise PrepError(f"source {text} is not readable", remedy="check its permissions")
+    if not _holds_a_file(p):
+        raise PrepError(
+            f"source {text} holds no files (it and its subfolders are empty)",
+            remedy="pass the folder that holds the input files",
+        )
     return str(p.resolve())
+
+
+def _holds_a_file(root: Path) -> bool:
+    """Whether any file lies below ``root``; stops at the first one (large trees stay cheap)."""
+    return any(files for _dir, _subdirs, files in os.walk(root, followlinks=True))
 
 
 def check_destination(dst: str | os.PathLike[str], overwrite: bool) -> str:
@@ -115,8 +125,33 @@ def check_destination(dst: str | os.PathLike[str], overwrite: bool) -> str:
             f"destination {text} is a remote URL", remedy="write to a local or shared path"
         )
     root = os.path.abspath(os.path.expanduser(storage.local_path(text)))
+    _check_creatable(text, root)
     check_target(root, overwrite)
     return root
+
+
+def _check_creatable(text: str, root: str) -> None:
+    """``root`` is a directory, or the nearest existing folder above it is a writable one."""
+    if os.path.exists(root):
+        if not os.path.isdir(root):
+            raise PrepError(
+                f"destination {text} is a file, not a directory",
+                remedy="pass a new or empty directory for the dataset",
+            )
+        return
+    parent = os.path.dirname(root)
+    while not os.path.lexists(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise PrepError(
+            f"destination {text} cannot be created: {parent} is a file, not a directory",
+            remedy="choose a destination below a directory",
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PrepError(
+            f"destination {text} cannot be created: {parent} is not writable",
+            remedy="choose a destination you can write to, or check the permissions",
+        )
 
 
 def check_world(world_size: int | None, num_shards: int | None) -> None:

@@ -118,6 +118,11 @@ def read_labels(path: str | os.PathLike[str], *, label_column: str = "label") ->
     """Read a labels CSV with a ``series_uid`` (or ``SeriesInstanceUID``) or ``patient_id``
     column and a ``label`` column (integers, or names mapped to 0..K-1 in sorted order)."""
     p = Path(path)
+    if p.is_dir():
+        raise LabelsError(
+            f"labels file {p} is a directory, not a CSV file",
+            remedy="pass the CSV file itself: --labels FILE.csv",
+        )
     if not p.is_file():
         raise LabelsError(f"labels file {p} does not exist", remedy="pass --labels FILE.csv")
     with open(p, newline="") as f:
