@@ -13,8 +13,8 @@ from gpuspark.spec import default_spec, example_spec, parse_spec
 def test_default_spec_shape() -> None:
     shape = embedded_shape(default_spec())
     assert (shape.workers, shape.gpus_per_worker) == (2, 2)
-    assert (shape.executor_gpus, shape.executor_cores, shape.task_gpu_amount) == (2, 8, 0.25)
-    assert shape.task_slots == 16
+    assert (shape.executor_gpus, shape.executor_cores, shape.task_gpu_amount) == (2, 4, 0.5)
+    assert shape.task_slots == 8
     assert shape.notes == ()
 
 
@@ -34,7 +34,7 @@ def test_example_spec_is_scaled_and_says_so() -> None:
 def test_real_gpus_are_split_between_workers() -> None:
     shape = embedded_shape(default_spec(), real_gpus=1)
     assert (shape.workers, shape.gpus_per_worker) == (1, 1)
-    assert shape.executor_gpus == 1 and shape.task_gpu_amount == 0.25
+    assert shape.executor_gpus == 1 and shape.task_gpu_amount == 0.5
 
 
 @pytest.mark.parametrize("cores", [1, 2, 4, 8, 16])

@@ -138,8 +138,8 @@ root = "gpuspark-data"
 [spark]
 master = "local-cluster"
 executor_gpus = 2              # one executor per worker holds both GPU slots
-task_gpu_amount = 0.25         # 4 data tasks share a GPU
-executor_cores = 8             # 8 task slots = 8 GPU shares
+task_gpu_amount = 0.5          # 2 data tasks share a GPU (16 Python tasks would crowd 2 cores)
+executor_cores = 4             # 4 task slots = 4 GPU shares
 task_cpus = 1
 executor_memory = "1g"
 dynamic_allocation = false     # one application can prepare data and train

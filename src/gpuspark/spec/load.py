@@ -182,7 +182,7 @@ SPEC_ENV = "GPUSPARK_SPEC"
 
 
 def default_spec() -> ClusterSpec:
-    """The built-in spec: the embedded cluster (2 workers x 2 GPU slots, task amount 0.25)."""
+    """The built-in spec: the embedded cluster (2 workers x 2 GPU slots, task amount 0.5)."""
     from gpuspark.spec.example import default_spec_text
 
     return parse_spec(default_spec_text(), source="<built-in spec>")
