@@ -34,7 +34,7 @@ def test_overrides_win_and_accept_underscores() -> None:
 
 def test_yarn_dry_run_materializes_spark_submit() -> None:
     plan = session_plan(
-        "yarn", **{"spark.executor.resource.gpu.amount": 1, "spark.executor.cores": 4}
+        "yarn", **{"spark.executor.resource.gpu.amount": 1, "spark.executor.cores": 2}
     )
     line = plan.materialize()
     assert "spark-submit --master yarn" in line
