@@ -7,6 +7,9 @@ instead of a ``load_state_dict`` wall of keys or a traceback from every rank.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,16 @@ def _train(data: str, ckdir: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def _train_in_subprocess(args: list[str]) -> None:
+    """A real training run in its own process: the local launcher forks, which is only safe
+    before torch has started threads (other tests of this process may have)."""
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    cmd = [sys.executable, "-m", "gpuspark.cli.main", *args]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+
+
 def _one_error_line(capsys: pytest.CaptureFixture) -> str:
     out = capsys.readouterr()
     text = out.out + out.err
@@ -50,7 +63,7 @@ def test_resume_with_another_depth_names_the_field(
     from gpuspark.cli.main import main
 
     ckdir = tmp_path / "ckpt"
-    assert main(_train(ct_data, ckdir, "--depth", "10")) == 0
+    _train_in_subprocess(_train(ct_data, ckdir, "--depth", "10"))
     written = ck.latest(ckdir)
     assert written is not None
     info = ck.inspect(ckdir)
@@ -65,7 +78,7 @@ def test_resume_with_another_depth_names_the_field(
     assert "depth 10 in the checkpoint, 18 in this run" in line
     assert "depth=10" in line and "--checkpoint-dir" in line
     # The same options resume fine (the check does not refuse a good resume).
-    assert main(_train(ct_data, ckdir, "--depth", "10", "--resume", "--epochs", "2")) == 0
+    _train_in_subprocess(_train(ct_data, ckdir, "--depth", "10", "--resume", "--epochs", "2"))
 
 
 def test_library_load_of_another_model_is_one_line(tmp_path: Path) -> None:
