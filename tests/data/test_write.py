@@ -200,3 +200,31 @@ def test_extra_files_leftovers_and_legacy_quarantine_table(tmp_path: Path) -> No
     assert not (root / "quarantine.parquet").exists()
     with pytest.raises(Exception, match="must look like"):
         _commit_with_files(root, {"../x.parquet": b""})
+
+
+def _modes(top: Path, root: Path) -> dict[str, str]:
+    import stat
+
+    paths = [root.parent, root, *root.rglob("*")]
+    return {str(p.relative_to(top)): oct(stat.S_IMODE(p.stat().st_mode)) for p in paths}
+
+
+def test_every_path_a_write_leaves_follows_the_umask(tmp_path: Path) -> None:
+    """Under umask 022 the dataset directory is 0755 and every file in it (shards, indexes,
+    extra files such as the quarantine table, the manifest) 0644."""
+    import os
+
+    root = tmp_path / "nested" / "ds"
+    old = os.umask(0o022)
+    try:
+        with ShardWriter(root, target_shard_bytes=1000) as w:
+            for i in range(10):
+                w.write(_sample(i), split="train" if i % 2 else "val")
+        written = _modes(tmp_path, root)
+        _commit_with_files(root, {"quarantine.parquet": b"q"})
+        written.update(_modes(tmp_path, root))
+    finally:
+        os.umask(old)
+    want = {k: oct(0o755 if k in ("nested", "nested/ds") else 0o644) for k in written}
+    assert len(written) > 6 and any(k.endswith(".parquet") for k in written)
+    assert written == want

@@ -59,3 +59,46 @@ def test_import_is_cheap() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _summary(steps_run: int, after_steps: int) -> TrainSummary:
+    return TrainSummary(
+        recipe="resnet3d",
+        world_size=2,
+        backend="gloo",
+        device="cpu",
+        parameters=1234,
+        splits={"train": 2, "val": 1, "test": 1},
+        history=[_epoch(0, 0.5)],
+        best={"score": 0.5, "epoch": 0, "val_auc": 0.5},
+        comm={"steps": steps_run, "bytes_raw": 6000, "bytes_sent": 6000},
+        comm_after_start={"bytes_sent": 0, "steps": after_steps, "sent_over_raw": 0.0},
+        test=None,
+    )
+
+
+def test_powersgd_that_never_started_is_said_so(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """6 steps in a run whose PowerSGD starts at step 10: no "0 bytes/step after start"."""
+    from gpuspark.cli.cmd_demo import _print_report
+
+    cfg = DemoConfig(studies=4, epochs=1, out=str(tmp_path), powersgd_start_iter=10)
+    cohort = SimpleNamespace(studies=4, files=120, lesions=2)
+    prep = SimpleNamespace(as_dict=lambda: {"rows": 4, "quarantined": 0})
+    report = build_report(cfg, cohort, prep, _summary(6, 0), {"total_s": 9.0})
+    b = report["bytes"]
+    assert b["started"] is False and b["sent_per_step_after_start"] is None
+    assert b["not_started_reason"] == "powersgd did not start: 6 steps run, start step 10"
+    monkeypatch.setenv("COLUMNS", "200")
+    _print_report(report, tmp_path)
+    out = capsys.readouterr().out
+    assert "powersgd did not start: 6 steps run, start step 10" in out
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines()
+            if line.count("│") == 3}  # fmt: skip
+    assert rows["bytes/step, powersgd (after start)"].startswith("powersgd did not start")
+    assert rows["bytes saved over the run"].startswith("none (powersgd did not start")
+    # A run past the start step reports the figures as before.
+    started = build_report(cfg, cohort, prep, _summary(12, 2), {"total_s": 9.0})["bytes"]
+    assert started["started"] is True and started["not_started_reason"] is None
+    assert started["sent_per_step_after_start"] == 0

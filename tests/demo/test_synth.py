@@ -106,3 +106,29 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "three positive integers z,y,x" in capsys.readouterr().err
     assert main(["prep", "images", str(tmp_path / "nope"), str(tmp_path / "o")]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def _modes(root: Path) -> dict[str, int]:
+    import stat
+
+    paths = [root, *root.rglob("*")]
+    return {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in paths}
+
+
+@pytest.mark.parametrize("command", ["synth-images", "synth-ct"])
+def test_synth_output_follows_the_umask(command: str, tmp_path: Path) -> None:
+    """Under umask 022 the generated root, its folders and files are 0755 / 0644, not 0700."""
+    import os
+
+    dst = tmp_path / "out"
+    size = ["--classes", "2", "--per-class", "2"] if command == "synth-images" else []
+    size = size or ["--studies", "2", "--size", "16"]
+    old = os.umask(0o022)
+    try:
+        assert main(["datasets", command, str(dst), *size]) == 0
+    finally:
+        os.umask(old)
+    modes = _modes(dst)
+    assert len(modes) > 3
+    want = {k: 0o755 if (dst / k).is_dir() else 0o644 for k in modes}
+    assert {k: oct(v) for k, v in modes.items()} == {k: oct(v) for k, v in want.items()}

@@ -39,6 +39,18 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _compressed_rows(b: dict[str, Any]) -> list[tuple[str, str]]:
+    """Bytes sent with compression; says so when PowerSGD never started (a short run)."""
+    reason = b.get("not_started_reason")
+    after = f"bytes/step, {b['compression']} (after start)"
+    if reason:
+        return [(after, reason), ("bytes saved over the run", f"none ({reason})")]
+    return [
+        (after, f"{b['sent_per_step_after_start']:,}"),
+        ("bytes saved over the run", _pct(b["saved_fraction"])),
+    ]
+
+
 def _print_report(r: dict[str, Any], out: Path) -> None:
     prep, f, b = r["prep"], r["step_time_breakdown"]["fractions"], r["bytes"]
     val, test = r.get("validation") or {}, r.get("test") or {}
@@ -55,8 +67,7 @@ def _print_report(r: dict[str, Any], out: Path) -> None:
         ("samples/s", f"{r['samples_per_s']:.1f}"),
         ("step time: data/compute/comm/opt/other", " / ".join(_pct(f[k]) for k in parts)),
         ("bytes/step, no compression", f"{b['raw_per_step']:,}"),
-        (f"bytes/step, {b['compression']} (after start)", f"{b['sent_per_step_after_start']:,}"),
-        ("bytes saved over the run", _pct(b["saved_fraction"])),
+        *_compressed_rows(b),
         ("best val epoch: acc / AUC", best),
         ("test (held out): acc / AUC", f"{_num(test.get('acc'))} / {_num(test.get('auc'))}"),
         ("wall time", f"{r['timings_s']['total_s']:.0f} s"),

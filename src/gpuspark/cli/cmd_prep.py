@@ -54,20 +54,25 @@ def _progress_bar(enabled: bool) -> Any:
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=False) as bar:
-        task = bar.add_task("listing", total=None, rows=0, rate=0.0, quarantined=0)
+        # The job's first update ("starting Spark") replaces this at once.
+        task = bar.add_task("starting", total=None, rows=0, rate=0.0, quarantined=0)
 
         def update(info: dict[str, Any]) -> None:
             bar.update(
                 task,
                 description=info["phase"],
                 completed=info["tasks_done"],
-                total=max(1, info["tasks_total"]),
+                total=info["tasks_total"] or None,  # no task yet: "0/?", not "0/1"
                 rows=info["rows"],
                 rate=info["rows_per_s"],
                 quarantined=info["quarantined"],
             )
 
-        yield update
+        try:
+            yield update
+        except KeyboardInterrupt:  # the bar's last line says so, then stops cleanly
+            bar.update(task, description="interrupted")
+            raise
 
 
 def _triple(text: str | None, kind: type, option: str) -> Any:

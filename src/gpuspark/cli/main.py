@@ -7,9 +7,11 @@ code 1 (``GPUSPARK_DEBUG=1`` shows the traceback).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -48,8 +50,6 @@ def _root(
 
 def _logging(verbose: bool) -> None:
     """The library logs through ``logging``; the CLI shows it on stderr (INFO, or DEBUG)."""
-    import logging
-
     from rich.console import Console
     from rich.logging import RichHandler
 
@@ -63,10 +63,32 @@ def _logging(verbose: bool) -> None:
     handler._gpuspark_cli = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logging.getLogger().addFilter(_quiet_py4j_interrupt)
     if verbose:  # show Spark's own warnings live too (default: errors only, the rest in a file)
         from gpuspark.cluster.driver_log import CONSOLE_LEVEL_ENV
 
         os.environ.setdefault(CONSOLE_LEVEL_ENV, "warn")
+
+
+def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
+    """Drop the tracebacks py4j logs on the root logger when Ctrl-C lands in a call to the JVM
+    ("KeyboardInterrupt while sending command", or PySpark's SIGINT handler cancelling jobs
+    over the connection in use); the CLI says ``interrupted:`` instead."""
+    if "py4j" not in record.pathname or not record.exc_info:
+        return True
+    exc = record.exc_info[1]
+    return not ((exc is not None and _by_interrupt(exc)) or _in_sigint_handler())
+
+
+def _in_sigint_handler() -> bool:
+    """Whether this runs inside PySpark's SIGINT handler (``SparkContext``'s ``signal_handler``)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "signal_handler" and "pyspark" in code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _register() -> None:
@@ -95,11 +117,69 @@ def _path_error(exc: OSError) -> GpusparkError:
     return error
 
 
+# What an interrupted command leaves behind, by command (its first words); default: nothing.
+_KEPT_ON_INTERRUPT = {
+    "prep": "nothing was written; the old dataset, if any, is unchanged",
+    "train": "checkpoints written so far are kept (--resume continues from the newest)",
+    "demo": "finished steps are kept in the output directory",
+}
+
+
+def _interrupt_types() -> tuple[type[BaseException], ...]:
+    """KeyboardInterrupt, and py4j's errors when py4j is loaded (the JVM torn down by Ctrl-C)."""
+    py4j = sys.modules.get("py4j.protocol")
+    extra = (py4j.Py4JError,) if py4j is not None else ()
+    return (KeyboardInterrupt, *extra)
+
+
+def _by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C, or was raised while one was being handled."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
+    """One line for a Ctrl-C (no traceback, no py4j noise) and the shell's exit code 130."""
+    if exc is not None and os.environ.get("GPUSPARK_DEBUG") == "1":
+        traceback.print_exception(exc)
+    words = _command_words(sys.argv[1:] if argv is None else argv)
+    kept = _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
+    sys.stderr.write(f"interrupted: {words} stopped; {kept}\n")
+    return 130
+
+
+def _command_words(argv: list[str]) -> str:
+    """``prep images`` of ``["-v", "prep", "images", "SRC", ...]``: the command's names."""
+    import typer.main
+
+    cmd: object = typer.main.get_command(app)
+    words: list[str] = []
+    for token in argv:
+        sub = (getattr(cmd, "commands", None) or {}).get(token)
+        if sub is None:
+            if token.startswith("-") and not words:
+                continue  # a root option such as -v
+            break
+        words.append(token)
+        cmd = sub
+    return " ".join(words) or "gpuspark"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
     try:
         # With standalone_mode=False click returns the exit code of typer.Exit(n).
         rc = app(args=argv, standalone_mode=False)
+    except _interrupt_types() as exc:
+        if not _by_interrupt(exc):
+            raise  # a py4j error of its own: as any unexpected error
+        return _interrupted(exc, argv)
     except GpusparkError as exc:
         return _report(exc)
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
@@ -117,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             show()
             return code
         raise
+    if rc == 130:  # typer returns a Ctrl-C inside a command as exit code 130
+        return _interrupted(None, argv)
     return rc if isinstance(rc, int) else 0
 
 

@@ -30,6 +30,7 @@ def build_report(
     }
     comm = summary.comm
     after = summary.comm_after_start
+    not_started = _not_started(cfg, comm, after)
     return {
         "config": asdict(cfg),
         "studies": cohort.studies,
@@ -58,8 +59,12 @@ def build_report(
             if comm["bytes_raw"]
             else 0.0,
             "raw_per_step": last["bytes_raw_per_step"],
-            "sent_per_step_after_start": after["bytes_sent"] // max(1, after["steps"]),
-            "sent_over_raw_after_start": round(after["sent_over_raw"], 4),
+            "started": not_started is None,
+            "not_started_reason": not_started,
+            "sent_per_step_after_start": None
+            if not_started
+            else after["bytes_sent"] // max(1, after["steps"]),
+            "sent_over_raw_after_start": None if not_started else round(after["sent_over_raw"], 4),
             "compression": cfg.compression,
             "note": "raw = what the uncompressed all-reduce sends (the gradient buckets)",
         },
@@ -75,6 +80,19 @@ def build_report(
         ],
         "timings_s": {k: round(v, 2) for k, v in timings.items()},
     }
+
+
+def _not_started(cfg: DemoConfig, comm: dict[str, Any], after: dict[str, Any]) -> str | None:
+    """Why PowerSGD never compressed a step (a run shorter than its start step), or ``None``.
+
+    PowerSGD sends plain all-reduces for its first ``powersgd_start_iter`` steps; in a shorter
+    run the figures "after start" describe no step at all.
+    """
+    if cfg.compression != "powersgd" or after.get("steps", 0) > 0:
+        return None
+    start = cfg.powersgd_start_iter
+    run = int(comm.get("steps", start + after.get("steps", 0)))
+    return f"powersgd did not start: {run} steps run, start step {start}"
 
 
 def plot_history(history: list[dict[str, Any]], path: str | os.PathLike[str]) -> Path:

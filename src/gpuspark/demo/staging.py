@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 from gpuspark.errors import DatasetExistsError, GpusparkError
@@ -50,7 +50,15 @@ def staging_dir(dst: Path, overwrite: bool) -> Path:
             remedy="choose another destination or pass overwrite=True (--overwrite)",
         )
     dst.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    # Not tempfile.mkdtemp: its 0700 would become the mode of the committed directory.
+    # os.mkdir with 0o777 lets the umask decide, as for any directory a tool creates.
+    while True:
+        tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            tmp.mkdir(0o777)
+        except FileExistsError:
+            continue
+        return tmp
 
 
 def commit_dir(tmp: Path, dst: Path) -> None:

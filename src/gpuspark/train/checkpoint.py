@@ -6,6 +6,11 @@ CUDA) and communication-hook state (PowerSGD error feedback), gathered to rank 0
 rank continues exactly where it stopped. The file is written under a temporary name in the same
 directory and renamed into place, so a run killed at any moment leaves either the previous
 checkpoint or the new one, never half of one. Only the last ``keep`` checkpoints are kept.
+
+A checkpoint also records ``config``: the options that shape the model (recipe, depth, width,
+classes, ...). :func:`inspect` reads it cheaply (the tensors are memory-mapped, not read) and
+:func:`check_config` compares it with a new run's on the driver, before any rank starts, so
+a resume with other options is one line naming the differing fields, not a wall of keys.
 """
 
 from __future__ import annotations
@@ -21,7 +26,12 @@ from gpuspark.errors import CheckpointError
 
 __all__ = [
     "CheckpointError",
+    "CheckpointInfo",
     "Resumed",
+    "check_config",
+    "check_dir",
+    "config_diff",
+    "inspect",
     "latest",
     "list_checkpoints",
     "load",
@@ -31,6 +41,7 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^step-(\d{9})\.pt$")
+_FRESH = "start a fresh --checkpoint-dir"
 
 
 @dataclass
@@ -46,6 +57,18 @@ class Resumed:
     """Optimizer steps done in ``epoch``."""
     loader_state: Any
     extra: dict[str, Any]
+
+
+@dataclass
+class CheckpointInfo:
+    """What a checkpoint says about itself, read without loading its tensors."""
+
+    path: Path
+    epoch: int
+    step: int
+    world_size: int
+    config: dict[str, Any] | None
+    """The options that shaped the model (``None``: the writer recorded none)."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -132,11 +155,14 @@ def save(
     step_in_epoch: int = 0,
     keep: int = 3,
     extra: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Path | None:
     """Write a checkpoint of global step ``step``; collective: call on every rank.
 
     Every rank's RNG and hook state are gathered to rank 0, which writes the file atomically
     and prunes all but the newest ``keep`` checkpoints. Returns the path on rank 0, else None.
+    ``config`` (JSON-like: the options that shape the model) is recorded for
+    :func:`check_config`.
     """
     import torch
     import torch.distributed as dist
@@ -163,6 +189,7 @@ def save(
             "loader": loader_state,
             "ranks": gathered,
             "extra": extra or {},
+            "config": dict(config) if config is not None else None,
         }
         path = _write(Path(directory), step, payload, torch)
         for old in list_checkpoints(directory)[: -max(1, keep)]:
@@ -198,34 +225,24 @@ def load(
     scheduler: Any = None,
     scaler: Any = None,
     restore_rng: bool = True,
+    config: dict[str, Any] | None = None,
 ) -> Resumed | None:
     """Load a checkpoint (a file, or the newest one in a directory) into the given objects.
 
     Call on every rank: each gets the shared model/optimizer state and its own RNG and hook
-    state. Returns ``None`` when a directory holds no checkpoint yet.
+    state. Returns ``None`` when a directory holds no checkpoint yet. A checkpoint that does
+    not fit (other ``config``, other world size, other parameter names or shapes) raises a
+    one-line :class:`CheckpointError` before anything is changed.
     """
-    import torch
-
-    p = Path(path_or_dir)
-    if p.is_dir() or not p.exists():
-        found = latest(p)
-        if found is None:
-            return None
-        p = found
-    try:
-        payload = torch.load(p, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a corrupt file: torch raises several types
-        raise CheckpointError(
-            f"checkpoint {p} cannot be read: {exc}",
-            remedy="delete it to resume from the previous one",
-        ) from exc
+    p = _resolve(path_or_dir)
+    if p is None:
+        return None
+    payload = _read(p)
     rank, world, _ = _world()
-    if payload["world_size"] != world:
-        raise CheckpointError(
-            f"checkpoint {p} was written by {payload['world_size']} ranks, this run has {world}",
-            remedy="resume with the same number of processes, or start a fresh --checkpoint-dir",
-        )
-    _unwrap(model).load_state_dict(payload["model"])
+    _check_world(p, int(payload["world_size"]), world)
+    if config is not None:
+        _check_fields(p, payload.get("config"), config)
+    _load_model(p, _unwrap(model), payload["model"])
     for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
         if obj is not None and payload[key] is not None:
             obj.load_state_dict(payload[key])
@@ -244,3 +261,173 @@ def load(
         loader_state=payload["loader"],
         extra=payload["extra"],
     )
+
+
+def inspect(path_or_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
+    """Step, world size and recorded config of a checkpoint (the newest in a directory).
+
+    The tensors are memory-mapped, not read, so this is cheap for large models. Returns
+    ``None`` when a directory holds no checkpoint; a file that is not a readable gpuspark
+    checkpoint raises :class:`CheckpointError`.
+    """
+    p = _resolve(path_or_dir)
+    if p is None:
+        return None
+    payload = _read(p, mmap=True)
+    return CheckpointInfo(
+        path=p,
+        epoch=int(payload["epoch"]),
+        step=int(payload["step"]),
+        world_size=int(payload["world_size"]),
+        config=payload.get("config"),
+    )
+
+
+def check_config(
+    path_or_dir: str | os.PathLike[str],
+    config: dict[str, Any],
+    *,
+    world_size: int | None = None,
+) -> CheckpointInfo | None:
+    """Raise :class:`CheckpointError` unless the newest checkpoint fits a run with ``config``.
+
+    For the driver, before any rank starts: the checkpoint must be readable, have been
+    written by ``world_size`` ranks (when given) and, if it recorded a config, with the same
+    value of every field of ``config``. Returns what :func:`inspect` returns.
+    """
+    info = inspect(path_or_dir)
+    if info is None:
+        return None
+    if world_size is not None:
+        _check_world(info.path, info.world_size, world_size)
+    _check_fields(info.path, info.config, config)
+    return info
+
+
+def config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(field, saved value, current value)`` for each field of ``current`` that differs.
+
+    Fields ``saved`` does not have are not compared (checkpoints of an older version).
+    """
+    return [(k, saved[k], v) for k, v in current.items() if k in saved and saved[k] != v]
+
+
+def check_dir(directory: str | os.PathLike[str]) -> None:
+    """Raise :class:`CheckpointError` unless ``directory`` is, or can become, a writable
+    directory (a local path; URLs are left to the writer)."""
+    text = os.fspath(directory)
+    if "://" in text:
+        return
+    d = Path(text)
+    if d.exists() and not d.is_dir():
+        raise CheckpointError(
+            f"checkpoint directory {d} is a file, not a directory",
+            remedy="pass a directory for --checkpoint-dir (it is created when missing)",
+        )
+    parent = d
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CheckpointError(
+            f"checkpoint directory {d} cannot be created: {parent} is a file",
+            remedy="pass a directory path for --checkpoint-dir",
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CheckpointError(
+            f"checkpoint directory {d} is not writable ({parent}: permission denied)",
+            remedy="pass a --checkpoint-dir you can write to",
+        )
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _resolve(path_or_dir: str | os.PathLike[str]) -> Path | None:
+    p = Path(path_or_dir)
+    if p.is_dir() or not p.exists():
+        return latest(p)
+    return p
+
+
+def _read(p: Path, *, mmap: bool = False) -> dict[str, Any]:
+    """The payload of checkpoint ``p``; a one-line :class:`CheckpointError` if unreadable."""
+    import torch
+
+    remedy = f"delete {p.name} to resume from the previous checkpoint, or {_FRESH}"
+    try:
+        payload = torch.load(p, map_location="cpu", weights_only=False, mmap=mmap)
+    except Exception as exc:  # a corrupt file: torch and pickle raise several types
+        raise CheckpointError(
+            f"checkpoint {p} cannot be read ({_first_line(exc)})", remedy=remedy
+        ) from exc
+    if not isinstance(payload, dict) or "format" not in payload or "model" not in payload:
+        raise CheckpointError(
+            f"checkpoint {p} is not a gpuspark checkpoint (a {type(payload).__name__} "
+            "without the format/model fields)",
+            remedy=remedy,
+        )
+    return payload
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    line = line[:200] + ("..." if len(line) > 200 else "")
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _check_world(p: Path, saved: int, world: int) -> None:
+    if saved != world:
+        raise CheckpointError(
+            f"checkpoint {p} was written by {saved} ranks, this run has {world}",
+            remedy=f"resume with the same number of processes, or {_FRESH}",
+        )
+
+
+def _check_fields(p: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    if not saved:
+        return
+    diff = config_diff(saved, current)
+    if diff:
+        what = ", ".join(f"{k} {a!r} in the checkpoint, {b!r} in this run" for k, a, b in diff)
+        same = ", ".join(f"{k}={a!r}" for k, a, _ in diff)
+        raise CheckpointError(
+            f"checkpoint {p} was written for another model: {what}",
+            remedy=f"resume with the options it was written with ({same}), or {_FRESH}",
+        )
+
+
+def _load_model(p: Path, net: Any, state: dict[str, Any]) -> None:
+    """``net.load_state_dict(state)``, after a check that turns a mismatch into one line."""
+    mine = net.state_dict()
+    shapes = [
+        f"{k} {_shape(state[k])} in the checkpoint, {_shape(v)} in the model"
+        for k, v in mine.items()
+        if k in state and _shape(state[k]) != _shape(v)
+    ]
+    missing = [k for k in mine if k not in state]
+    unexpected = [k for k in state if k not in mine]
+    parts = []
+    if shapes:
+        parts.append(f"{len(shapes)} tensors differ in shape (first: {shapes[0]})")
+    if missing:
+        parts.append(f"{len(missing)} model tensors are not in it (first: {missing[0]})")
+    if unexpected:
+        parts.append(
+            f"{len(unexpected)} of its tensors are not in the model (first: {unexpected[0]})"
+        )
+    if not parts:
+        try:
+            net.load_state_dict(state)
+            return
+        except (RuntimeError, ValueError, KeyError) as exc:
+            parts.append(_first_line(exc))
+    raise CheckpointError(
+        f"checkpoint {p} does not fit this model: " + "; ".join(parts),
+        remedy=f"resume with the model options it was written with, or {_FRESH}",
+    )
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if shape is not None else None

@@ -48,6 +48,9 @@ class FitConfig:
     """Step the LR scheduler per ``"epoch"`` or per ``"step"``."""
     log: Callable[[str], None] | None = print
     """Where rank 0 prints one line per epoch (``None``: silent)."""
+    model_config: dict[str, Any] | None = None
+    """The options that shape the model (JSON-like); recorded in each checkpoint, and a
+    resume from a checkpoint recorded with other values is refused naming the fields."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -153,7 +156,12 @@ def fit(
         if model.gpuspark_info.meter.compression == "powersgd":
             _prime_buckets(model, optimizer, loss_fn, loader, transform)
         res = ckpt.load(
-            cfg.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler
+            cfg.checkpoint_dir,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=scaler,
+            config=cfg.model_config,
         )
         if res is not None:
             start_epoch, skip_steps, global_step = res.epoch, res.step_in_epoch, res.step
@@ -322,6 +330,7 @@ class _State:
             step_in_epoch=step_in_epoch,
             keep=self.cfg.keep,
             extra={"history": self.history, **self.cfg.extra},
+            config=self.cfg.model_config,
         )
 
     def epoch_metrics(self, epoch: int, acc: _Acc, extra: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from gpuspark.data.prep.common import (
     record_batches,
     split_counts,
 )
-from gpuspark.data.prep.progress import Progress, Watcher
+from gpuspark.data.prep.progress import Progress, Watcher, announce
 from gpuspark.data.prep.shards import plan_shards
 from gpuspark.errors import PrepError, QuarantineError
 
@@ -107,6 +107,7 @@ def prep_dicom(
     table = read_label_table(labels)
     root = check_destination(dst, overwrite)
     opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
+    announce(progress)  # starting a session (and a cluster) takes seconds: say so
     with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
         return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
 

@@ -30,7 +30,7 @@ from gpuspark.data.prep.common import (
     split_counts,
     task_count,
 )
-from gpuspark.data.prep.progress import Progress, Watcher
+from gpuspark.data.prep.progress import Progress, Watcher, announce
 from gpuspark.errors import PrepError, QuarantineError
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ def prep_images(
     fractions = check_split(split)
     root = check_destination(dst, overwrite)
     opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
+    announce(progress)  # starting a session (and a cluster) takes seconds: say so
     with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
         return _run_images(sp, src_s, root, options, opts, progress, t0)
 

@@ -8,11 +8,31 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Progress", "Watcher"]
+__all__ = ["STARTING", "Progress", "Watcher", "announce"]
 
 Progress = Callable[[dict[str, Any]], None]
 """Called about twice a second with ``phase``, ``tasks_done``, ``tasks_total``, ``rows``,
 ``quarantined``, ``rows_per_s`` and ``elapsed_s``."""
+
+STARTING = "starting Spark"
+"""The first phase of a job: the session (and an embedded cluster, if none runs) is starting;
+no Spark job is submitted yet."""
+
+
+def announce(progress: Progress | None, phase: str = STARTING) -> None:
+    """Report ``phase`` before any Spark task exists (e.g. while the session starts)."""
+    if progress is not None:
+        progress(
+            {
+                "phase": phase,
+                "tasks_done": 0,
+                "tasks_total": 0,
+                "rows": 0,
+                "quarantined": 0,
+                "rows_per_s": 0.0,
+                "elapsed_s": 0.0,
+            }
+        )
 
 
 class Watcher:
@@ -37,6 +57,7 @@ class Watcher:
         self.timings: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._last: dict[str, Any] | None = None
 
     @property
     def phase(self) -> str:
@@ -54,12 +75,21 @@ class Watcher:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.phase = "done"
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-            self._report()
+        if exc_type is None:
+            self.phase = "done"
+            if self._thread.is_alive():
+                self._thread.join(timeout=5)
+                self._report()
+            return
+        # A failed or interrupted job: the bar must not say "done". Spark may be going away
+        # (Ctrl-C), so the last figures are repeated under the new phase without asking it.
+        self.phase = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+        self._thread.join(timeout=5)
+        if self.progress is not None and self._last is not None:
+            with contextlib.suppress(Exception):
+                self.progress({**self._last, "phase": self._phase})
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
@@ -80,14 +110,13 @@ class Watcher:
         elapsed = time.monotonic() - self.t0
         rows = self.counters["rows"].value
         assert self.progress is not None
-        self.progress(
-            {
-                "phase": self._phase,
-                "tasks_done": done,
-                "tasks_total": total,
-                "rows": rows,
-                "quarantined": self.counters["quarantined"].value,
-                "rows_per_s": rows / elapsed if elapsed > 0 else 0.0,
-                "elapsed_s": elapsed,
-            }
-        )
+        self._last = {
+            "phase": self._phase,
+            "tasks_done": done,
+            "tasks_total": total,
+            "rows": rows,
+            "quarantined": self.counters["quarantined"].value,
+            "rows_per_s": rows / elapsed if elapsed > 0 else 0.0,
+            "elapsed_s": elapsed,
+        }
+        self.progress(self._last)

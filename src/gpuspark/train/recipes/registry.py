@@ -25,6 +25,7 @@ __all__ = [
     "Recipe",
     "check_dataset",
     "get_recipe",
+    "model_config",
     "recipe_names",
     "register_recipe",
     "unregister_recipe",
@@ -57,6 +58,10 @@ class Recipe:
     best_by: tuple[str, ...]
     """Metric names, most preferred first: the best epoch has the highest value of the first
     one that is not ``None`` (e.g. AUC, else accuracy when a split has one class)."""
+    shape_options: tuple[str, ...] = ()
+    """:class:`RecipeConfig` fields that shape the network (``depth``, ``width``, ...): a
+    checkpoint records them with the recipe name and class count, and a resume with other
+    values is refused up front."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.keys or not self.best_by:
@@ -113,6 +118,15 @@ def get_recipe(name: str) -> Recipe:
 def recipe_names() -> tuple[str, ...]:
     """Names of the registered recipes, sorted."""
     return tuple(sorted(_REGISTRY))
+
+
+def model_config(recipe: Recipe, cfg: RecipeConfig, num_classes: int) -> dict[str, Any]:
+    """What shapes the network of a run: recipe name, ``recipe.shape_options`` of ``cfg``
+    and the class count (recorded in checkpoints, compared on resume)."""
+    out: dict[str, Any] = {"recipe": recipe.name}
+    out.update({name: getattr(cfg, name) for name in recipe.shape_options})
+    out["num_classes"] = int(num_classes)
+    return out
 
 
 def check_dataset(recipe: Recipe, manifest: Manifest, dataset: str) -> None:

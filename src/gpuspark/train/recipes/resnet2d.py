@@ -73,5 +73,6 @@ RESNET2D = register_recipe(
         num_classes=label_map_classes,
         metrics=top1_metrics,
         best_by=("top1",),
+        shape_options=("width",),
     )
 )

@@ -111,5 +111,6 @@ RESNET3D = register_recipe(
         num_classes=binary_classes,
         metrics=binary_metrics,
         best_by=("auc", "acc"),
+        shape_options=("depth", "width", "stem_stride", "pool"),
     )
 )

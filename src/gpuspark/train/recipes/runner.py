@@ -18,7 +18,13 @@ import numpy as np
 from gpuspark import storage
 from gpuspark.train.recipes.common import augment
 from gpuspark.train.recipes.config import RecipeConfig
-from gpuspark.train.recipes.registry import Decoder, Recipe, check_dataset, get_recipe
+from gpuspark.train.recipes.registry import (
+    Decoder,
+    Recipe,
+    check_dataset,
+    get_recipe,
+    model_config,
+)
 from gpuspark.train.recipes.summary import TrainSummary
 
 __all__ = ["build_model", "check_recipe", "preflight", "run", "train"]
@@ -34,12 +40,15 @@ def build_model(name: str, cfg: RecipeConfig, num_classes: int) -> Any:
     return get_recipe(name).build_model(cfg, num_classes)
 
 
-def preflight(name: str, cfg: RecipeConfig) -> Recipe:
+def preflight(name: str, cfg: RecipeConfig, *, num_processes: int | None = None) -> Recipe:
     """Check recipe ``name`` against ``cfg.data`` before any rank starts; return the recipe.
 
     Reads the dataset's manifest: every sample key the recipe needs must be in every record,
     the options must suit the data (e.g. a re-window needs uint8 volumes) and the class count
-    must be known. Raises :class:`~gpuspark.errors.RecipeError` (or ``NotADatasetError``).
+    must be known. The checkpoint directory must be usable and, with ``cfg.resume``, its
+    newest checkpoint readable and written for the same model (and by ``num_processes``
+    ranks, when given). Raises :class:`~gpuspark.errors.RecipeError`, ``CheckpointError``
+    (or ``NotADatasetError``).
     """
     from gpuspark.data import format as fmt
 
@@ -47,8 +56,18 @@ def preflight(name: str, cfg: RecipeConfig) -> Recipe:
     manifest = fmt.load_manifest(cfg.data)
     check_dataset(recipe, manifest, fmt.dataset_root(cfg.data))
     recipe.decoder(cfg, manifest)
-    recipe.num_classes(cfg, manifest)
+    classes = recipe.num_classes(cfg, manifest)
+    _check_checkpoints(cfg, model_config(recipe, cfg, classes), num_processes)
     return recipe
+
+
+def _check_checkpoints(cfg: RecipeConfig, shape: dict[str, Any], num_processes: int | None) -> None:
+    from gpuspark.train import checkpoint as ckpt
+
+    for directory in {d for d in (cfg.checkpoint_dir, cfg.out_dir) if d}:
+        ckpt.check_dir(directory)
+    if cfg.resume and cfg.checkpoint_dir:
+        ckpt.check_config(cfg.checkpoint_dir, shape, world_size=num_processes)
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -175,7 +194,8 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     torch.manual_seed(cfg.seed)
     train_ds = ShardDataset(cfg.data, decode=decode, split=cfg.train_split, seed=cfg.seed)
     val_ds = _eval_dataset(cfg, decode, cfg.val_split)
-    net = recipe.build_model(cfg, recipe.num_classes(cfg, train_ds.manifest))
+    classes = recipe.num_classes(cfg, train_ds.manifest)
+    net = recipe.build_model(cfg, classes)
     model = ddp.prepare(
         net,
         compression=cfg.compression,
@@ -205,6 +225,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
             checkpoint_dir=cfg.checkpoint_dir,
             checkpoint_every=cfg.checkpoint_every,
             resume=cfg.resume,
+            model_config=model_config(recipe, cfg, classes),
         ),
     )
     meter = ddp.comm_meter(model)
@@ -259,7 +280,7 @@ def run(
     """
     from gpuspark import launch
 
-    recipe = preflight(name, cfg)
+    recipe = preflight(name, cfg, num_processes=num_processes)
     kwargs: dict[str, Any] = {
         "num_processes": num_processes,
         "gpus_per_process": gpus_per_process,

@@ -1,0 +1,158 @@
+"""Ctrl-C during a Spark-backed command: one ``interrupted:`` line, exit code 130, nothing left.
+
+The unit tests raise the interrupt (or a py4j error during the teardown it causes) inside a
+command; the ``spark`` test sends a real SIGINT to ``gpuspark prep images`` while it runs on
+an embedded cluster started for the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuspark.cli.main import main
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _prep_raising(exc: BaseException) -> Any:
+    def prep_images(*_a: Any, progress: Any = None, **_kw: Any) -> Any:
+        raise exc
+
+    return prep_images
+
+
+def test_keyboard_interrupt_is_one_line_and_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import gpuspark.data.prep as prep
+
+    monkeypatch.setattr(prep, "prep_images", _prep_raising(KeyboardInterrupt()))
+    assert main(["-v", "prep", "images", str(tmp_path), str(tmp_path / "out")]) == 130
+    err = capsys.readouterr().err
+    line = "interrupted: prep images stopped; nothing was written; the old dataset, if any, "
+    assert line + "is unchanged" in err and "Traceback" not in err and "aborted" not in err
+
+
+def test_py4j_error_raised_while_interrupted_counts_as_the_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    import gpuspark.data.prep as prep
+
+    def torn_down() -> BaseException:
+        try:
+            try:
+                raise KeyboardInterrupt
+            finally:  # e.g. spark.stop() in job_session while the JVM goes away
+                raise Py4JNetworkError("Answer from Java side is empty")
+        except Py4JError as exc:
+            return exc
+
+    monkeypatch.setattr(prep, "prep_images", _prep_raising(torn_down()))
+    assert main(["prep", "images", str(tmp_path), str(tmp_path / "out")]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted: prep images stopped" in err and "py4j" not in err.lower()
+    # A py4j error that no Ctrl-C caused is not called an interrupt.
+    monkeypatch.setattr(prep, "prep_images", _prep_raising(Py4JError("boom")))
+    with pytest.raises(Py4JError, match="boom"):
+        main(["prep", "images", str(tmp_path), str(tmp_path / "out")])
+
+
+class _Output:
+    """Collects a process's merged output on a thread, so the test can wait for a line."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.text = ""
+        self._proc = proc
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self.text += line
+
+    def wait_for(self, needle: str, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self._proc.poll() is None:
+            if needle in self.text:
+                return True
+            time.sleep(0.2)
+        return needle in self.text
+
+    def close(self) -> str:
+        self._thread.join(timeout=10)
+        return self.text
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.spark
+def test_sigint_during_prep_images_stops_cleanly(tmp_path: Path) -> None:
+    from gpuspark.demo import synth_images
+
+    synth_images(tmp_path / "src", classes=3, per_class=60, seed=0)
+    state, dst = tmp_path / "state", tmp_path / "dst"
+    env = {
+        **os.environ,
+        "PYTHONPATH": SRC,
+        "GPUSPARK_STATE_DIR": str(state),
+        "GPUSPARK_LOG_DIR": str(tmp_path / "logs"),
+        "COLUMNS": "200",
+    }
+    env.pop("GPUSPARK_DEBUG", None)
+    cmd = [sys.executable, "-m", "gpuspark.cli.main", "prep", "images"]
+    proc = subprocess.Popen(
+        [*cmd, str(tmp_path / "src"), str(dst), "--predecode", "--size", "96"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # a terminal's Ctrl-C goes to the foreground process group
+    )
+    out = _Output(proc)
+    try:
+        assert out.wait_for("embedded cluster up", 180), out.text
+        pids = [*_cluster_pids(state / "cluster.json")]
+        out.wait_for("Spark driver log", 60)  # logged once the session is up
+        time.sleep(3)  # the listing job runs
+        assert proc.poll() is None, out.text
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.close()
+    assert rc == 130, text
+    assert "interrupted: prep images stopped; nothing was written" in text, text
+    assert "Traceback" not in text and "py4j" not in text.lower(), text
+    assert not [ln for ln in text.splitlines() if ln.startswith("done ")], text  # the bar
+    assert not (dst / "manifest.json").exists()
+    assert not (state / "cluster.json").exists(), text
+    assert pids and not [p for p in pids if _alive(p)]
+
+
+def _cluster_pids(path: Path) -> list[int]:
+    for _ in range(50):
+        if path.exists():
+            data = json.loads(path.read_text())
+            return [data["master_pid"], *(w["pid"] for w in data["workers"])]
+        time.sleep(0.2)
+    return []
