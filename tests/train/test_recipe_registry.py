@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,3 +194,35 @@ def test_runner_trains_a_newly_registered_recipe(
     assert summary.recipe == "toy-linear" and len(summary.history) == 2
     assert set(summary.best) >= {"epoch", "val_acc", "val_samples"}
     assert (tmp_path / "o" / "best.pt").exists() and (tmp_path / "o" / "history.json").exists()
+
+
+def test_paths_are_made_absolute_on_the_driver(tmp_path: Path, monkeypatch: Any) -> None:
+    """`train --data data/img-shards` failed on Spark: ranks start in a worker's directory."""
+    from gpuspark.train.recipes.runner import resolve_paths
+
+    monkeypatch.chdir(tmp_path)
+    cfg = resolve_paths(RecipeConfig(data="data/ds", checkpoint_dir="ckpt", out="~/x"))
+    assert cfg.data == str(tmp_path / "data" / "ds")
+    assert cfg.checkpoint_dir == str(tmp_path / "ckpt")
+    assert cfg.out == os.path.expanduser("~/x")
+    assert resolve_paths(RecipeConfig(data="s3://bucket/ds")).data == "s3://bucket/ds"
+
+
+def test_unsplit_dataset_names_the_options(tmp_path: Path) -> None:
+    """A dataset without splits: the error names --train-split all / --val-split none."""
+    from gpuspark.train.recipes.runner import preflight
+
+    ds = tmp_path / "ds"
+    with ShardWriter(ds) as w:
+        for i in range(4):
+            w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": i % 2})
+    with pytest.raises(RecipeError, match=r"no split 'train'.*--train-split all"):
+        preflight("resnet2d", RecipeConfig(data=str(ds), num_classes=2))
+    with pytest.raises(RecipeError, match=r"no split 'val'.*--val-split none"):
+        preflight("resnet2d", RecipeConfig(data=str(ds), num_classes=2, train_split=None))
+    assert (
+        preflight(
+            "resnet2d", RecipeConfig(data=str(ds), num_classes=2, train_split=None, val_split=None)
+        ).name
+        == "resnet2d"
+    )

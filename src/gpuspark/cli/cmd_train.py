@@ -49,6 +49,12 @@ def train(
     checkpoint_every: Annotated[int, typer.Option(help="Also every N steps (0: off).")] = 0,
     resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint.")] = False,
     threads: Annotated[int | None, typer.Option(help="torch threads per rank.")] = None,
+    train_split: Annotated[
+        str, typer.Option(help="Split to train on; 'all': every record (no splits).")
+    ] = "train",
+    val_split: Annotated[
+        str, typer.Option(help="Split scored after each epoch; 'none': no validation.")
+    ] = "val",
     master: MasterOpt = None,
     spec: SpecOpt = None,
     json_out: JsonOpt = False,
@@ -74,6 +80,8 @@ def train(
         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
         checkpoint_every=checkpoint_every,
         resume=resume,
+        train_split=None if train_split == "all" else train_split,
+        val_split=None if val_split == "none" else val_split,
     )
     summary = recipes.run(
         recipe,

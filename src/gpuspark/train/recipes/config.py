@@ -46,8 +46,10 @@ class RecipeConfig:
     resume: bool = False
     out: str | None = None
     """Where ``best.pt`` and ``history.json`` go (default: ``checkpoint_dir``)."""
-    train_split: str = "train"
-    val_split: str = "val"
+    train_split: str | None = "train"
+    """The split to train on; ``None``: every record (a dataset without splits)."""
+    val_split: str | None = "val"
+    """The split scored after each epoch; ``None``: no validation."""
     test_split: str | None = None
     """Evaluate the best model on this split at the end (rank 0); ``None``: skip."""
     num_classes: int | None = None

@@ -6,6 +6,7 @@ the decoder, the network, the class count and the metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gpuspark import storage
+from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import augment
 from gpuspark.train.recipes.config import RecipeConfig
 from gpuspark.train.recipes.registry import (
@@ -55,10 +57,45 @@ def preflight(name: str, cfg: RecipeConfig, *, num_processes: int | None = None)
     recipe = get_recipe(name)
     manifest = fmt.load_manifest(cfg.data)
     check_dataset(recipe, manifest, fmt.dataset_root(cfg.data))
+    _check_splits(cfg, manifest.splits)
     recipe.decoder(cfg, manifest)
     classes = recipe.num_classes(cfg, manifest)
     _check_checkpoints(cfg, model_config(recipe, cfg, classes), num_processes)
     return recipe
+
+
+def _check_splits(cfg: RecipeConfig, splits: dict[str, Any]) -> None:
+    options = (
+        ("train_split", cfg.train_split, "--train-split all (train on every record)"),
+        ("val_split", cfg.val_split, "--val-split none (no validation)"),
+        ("test_split", cfg.test_split, "no test split"),
+    )
+    for field_name, split, fallback in options:
+        if split is None or split in splits:
+            continue
+        have = f"its splits: {', '.join(sorted(splits))}" if splits else "it has no splits"
+        choices = [*sorted(splits), fallback] if splits else [fallback]
+        raise RecipeError(
+            f"dataset {cfg.data} has no split '{split}' ({field_name}; {have})",
+            remedy="use " + " or ".join(choices),
+        )
+
+
+def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
+    """``cfg`` with local paths made absolute on the driver: ranks start in other working
+    directories (a Spark worker's), where a relative path names nothing. URLs stay as they are."""
+
+    def absolute(path: str | None) -> str | None:
+        if path is None or storage.is_url(path):
+            return path
+        return os.path.abspath(os.path.expanduser(path))
+
+    return dataclasses.replace(
+        cfg,
+        data=absolute(cfg.data) or cfg.data,
+        checkpoint_dir=absolute(cfg.checkpoint_dir),
+        out=absolute(cfg.out),
+    )
 
 
 def _check_checkpoints(cfg: RecipeConfig, shape: dict[str, Any], num_processes: int | None) -> None:
@@ -193,7 +230,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     train_ds = ShardDataset(cfg.data, decode=decode, split=cfg.train_split, seed=cfg.seed)
-    val_ds = _eval_dataset(cfg, decode, cfg.val_split)
+    val_ds = _eval_dataset(cfg, decode, cfg.val_split) if cfg.val_split else None
     classes = recipe.num_classes(cfg, train_ds.manifest)
     net = recipe.build_model(cfg, classes)
     model = ddp.prepare(
@@ -218,7 +255,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         dataset=train_ds,
         scheduler=sched,
         scaler=scaler,
-        evaluate=_evaluator(recipe, cfg, val_ds, best),
+        evaluate=_evaluator(recipe, cfg, val_ds, best) if val_ds is not None else None,
         transform=augment if cfg.augment else None,
         config=FitConfig(
             epochs=cfg.epochs,
@@ -280,6 +317,7 @@ def run(
     """
     from gpuspark import launch
 
+    cfg = resolve_paths(cfg)
     recipe = preflight(name, cfg, num_processes=num_processes)
     kwargs: dict[str, Any] = {
         "num_processes": num_processes,
