@@ -86,7 +86,8 @@ class Watcher:
         # A failed or interrupted job: the bar must not say "done". Spark may be going away
         # (Ctrl-C), so the last figures are repeated under the new phase without asking it.
         self.phase = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():  # never started without a progress callback
+            self._thread.join(timeout=5)
         if self.progress is not None and self._last is not None:
             with contextlib.suppress(Exception):
                 self.progress({**self._last, "phase": self._phase})
