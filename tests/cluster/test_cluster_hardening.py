@@ -53,6 +53,7 @@ def test_unfit_launch_fails_in_seconds_dead_worker_is_reported(tmp_path: Path, c
         assert "4 cores free" in err  # the real numbers: 2 workers x 2 cores
         assert "Traceback" not in proc.stdout + err
         assert " WARN " not in proc.stdout + err
+        assert "Setting default log level" not in proc.stdout + err  # Spark's shell notice
 
         status = json.loads(cli("cluster", "status", "--json", cwd=tmp_path, state=state).stdout)
         victim = status["workers"][1]["pid"]

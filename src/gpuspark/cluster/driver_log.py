@@ -42,10 +42,13 @@ appender.file.name = file
 appender.file.fileName = {file}
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-# Spark lowers the console of a "shell" (PySpark counts) to the level of this logger and says
-# so on stderr unless it equals the root level: keep it equal; the filter above decides.
+# Spark lowers the console of a "shell" (PySpark counts) to the level of the shell's logger
+# (the REPL's, or PySpark's gateway) and says so on stderr unless it equals the root level:
+# keep them equal; the filter above decides.
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = info
+logger.pygateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.pygateway.level = info
 logger.jetty.name = org.sparkproject.jetty
 logger.jetty.level = warn
 logger.parquet.name = org.apache.parquet

@@ -63,7 +63,7 @@ def _on_embedded_cluster(
     t0 = time.perf_counter()
     spec = resolve_spec(cfg.spec)
     state = out / "cluster"
-    cluster = LocalCluster(cfg.workers, cfg.cores, spec=spec, state_dir=state)
+    cluster = LocalCluster(cfg.workers, cfg.worker_cores(), spec=spec, state_dir=state)
     with cluster:
         # One application prepares the data and trains: the training kind of session (dynamic
         # allocation off) still gives data tasks the spec's fractional GPU amount.
