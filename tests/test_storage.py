@@ -158,3 +158,15 @@ def test_display_name(tmp_path: Path) -> None:
     with open(tmp_path / "f", "wb") as f:
         assert storage.display_name(f) == str(tmp_path / "f")
     assert storage.display_name(io.BytesIO(b"")) is None
+
+
+def test_directory_problem_names_what_blocks_the_path(tmp_path) -> None:
+    from gpuspark.storage import directory_problem
+
+    assert directory_problem(tmp_path) is None
+    assert directory_problem(tmp_path / "new" / "deeper") is None  # creatable
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    assert directory_problem(f).text == "is a file, not a directory"
+    assert directory_problem(f / "sub").text == f"cannot be created: {f} is a file, not a directory"
+    assert directory_problem("s3://bucket/x") is None  # left to the writer

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from dataclasses import dataclass
 from typing import IO, Any
 
 from gpuspark.errors import GpusparkError
@@ -20,6 +21,7 @@ from gpuspark.errors import GpusparkError
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
+    "directory_problem",
     "display_name",
     "exists",
     "file_size",
@@ -179,3 +181,41 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+@dataclass(frozen=True)
+class DirectoryProblem:
+    """Why a local path cannot become a directory to write into; ``text`` follows the path
+    in a message (``"<what> <path> <text>"``)."""
+
+    text: str
+    remedy: str
+
+
+def directory_problem(path: PathLike) -> DirectoryProblem | None:
+    """``None`` when ``path`` is a directory, or can be created because the nearest existing
+    folder above it is a writable directory; else what is wrong. URLs are left to the writer."""
+    text = os.fspath(path)
+    if is_url(text):
+        return None
+    target = os.path.abspath(os.path.expanduser(local_path(text)))
+    if os.path.exists(target):
+        if os.path.isdir(target):
+            return None
+        return DirectoryProblem(
+            "is a file, not a directory", "pass a directory, or remove the file"
+        )
+    parent = os.path.dirname(target)
+    while not os.path.lexists(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return DirectoryProblem(
+            f"cannot be created: {parent} is a file, not a directory",
+            "choose a path below a directory",
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return DirectoryProblem(
+            f"cannot be created: {parent} is not writable",
+            "choose a path you can write to, or check the permissions",
+        )
+    return None

@@ -73,27 +73,9 @@ def echo(message: str) -> None:
 def check_dir_option(path: Path, option: str) -> None:
     """Refuse before any work a directory option that names a file, or a path that cannot be
     created because the nearest existing folder above it is a file or is not writable."""
-    import os
-
+    from gpuspark import storage
     from gpuspark.errors import GpusparkError
 
-    if path.exists():
-        if not path.is_dir():
-            raise GpusparkError(
-                f"{option} {path} is a file, not a directory",
-                remedy="pass a directory, or remove the file",
-            )
-        return
-    parent = path.absolute().parent
-    while not os.path.lexists(parent) and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise GpusparkError(
-            f"{option} {path} cannot be created: {parent} is a file, not a directory",
-            remedy="choose a path below a directory",
-        )
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise GpusparkError(
-            f"{option} {path} cannot be created: {parent} is not writable",
-            remedy="choose a path you can write to, or check the permissions",
-        )
+    problem = storage.directory_problem(path)
+    if problem is not None:
+        raise GpusparkError(f"{option} {path} {problem.text}", remedy=problem.remedy)

@@ -7,6 +7,7 @@ import secrets
 import shutil
 from pathlib import Path
 
+from gpuspark import storage
 from gpuspark.errors import DatasetExistsError, GpusparkError
 
 __all__ = ["check_output_dir", "commit_dir", "staging_dir"]
@@ -15,26 +16,11 @@ __all__ = ["check_output_dir", "commit_dir", "staging_dir"]
 def check_output_dir(dst: Path, what: str = "destination") -> None:
     """Refuse now a ``dst`` that is a file, or that cannot be created because the nearest
     existing folder above it is a file or is not writable."""
-    if dst.exists():
-        if not dst.is_dir():
-            raise DatasetExistsError(
-                f"{what} {dst} is a file, not a directory",
-                remedy="choose a new directory, or remove the file",
-            )
+    problem = storage.directory_problem(dst)
+    if problem is None:
         return
-    parent = dst.parent
-    while not os.path.lexists(parent) and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise GpusparkError(
-            f"{what} {dst} cannot be created: {parent} is a file, not a directory",
-            remedy="choose a path below a directory",
-        )
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise GpusparkError(
-            f"{what} {dst} cannot be created: {parent} is not writable",
-            remedy="choose a path you can write to, or check the permissions",
-        )
+    error = DatasetExistsError if dst.exists() else GpusparkError
+    raise error(f"{what} {dst} {problem.text}", remedy=problem.remedy)
 
 
 def staging_dir(dst: Path, overwrite: bool) -> Path:

@@ -315,27 +315,13 @@ def config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[st
 def check_dir(directory: str | os.PathLike[str]) -> None:
     """Raise :class:`CheckpointError` unless ``directory`` is, or can become, a writable
     directory (a local path; URLs are left to the writer)."""
-    text = os.fspath(directory)
-    if "://" in text:
-        return
-    d = Path(text)
-    if d.exists() and not d.is_dir():
+    from gpuspark import storage
+
+    problem = storage.directory_problem(directory)
+    if problem is not None:
         raise CheckpointError(
-            f"checkpoint directory {d} is a file, not a directory",
-            remedy="pass a directory for --checkpoint-dir (it is created when missing)",
-        )
-    parent = d
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise CheckpointError(
-            f"checkpoint directory {d} cannot be created: {parent} is a file",
-            remedy="pass a directory path for --checkpoint-dir",
-        )
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise CheckpointError(
-            f"checkpoint directory {d} is not writable ({parent}: permission denied)",
-            remedy="pass a --checkpoint-dir you can write to",
+            f"checkpoint directory {os.fspath(directory)} {problem.text}",
+            remedy=f"{problem.remedy} (--checkpoint-dir is created when missing)",
         )
 
 

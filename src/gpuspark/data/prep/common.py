@@ -132,26 +132,9 @@ def check_destination(dst: str | os.PathLike[str], overwrite: bool) -> str:
 
 def _check_creatable(text: str, root: str) -> None:
     """``root`` is a directory, or the nearest existing folder above it is a writable one."""
-    if os.path.exists(root):
-        if not os.path.isdir(root):
-            raise PrepError(
-                f"destination {text} is a file, not a directory",
-                remedy="pass a new or empty directory for the dataset",
-            )
-        return
-    parent = os.path.dirname(root)
-    while not os.path.lexists(parent) and parent != os.path.dirname(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise PrepError(
-            f"destination {text} cannot be created: {parent} is a file, not a directory",
-            remedy="choose a destination below a directory",
-        )
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PrepError(
-            f"destination {text} cannot be created: {parent} is not writable",
-            remedy="choose a destination you can write to, or check the permissions",
-        )
+    problem = storage.directory_problem(root)
+    if problem is not None:
+        raise PrepError(f"destination {text} {problem.text}", remedy=problem.remedy)
 
 
 def check_world(world_size: int | None, num_shards: int | None) -> None:
