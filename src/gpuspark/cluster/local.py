@@ -113,13 +113,14 @@ class LocalCluster:
         self.state: ClusterState | None = None
         self._owns = False
 
-    def plan_shape(self) -> EmbeddedShape:
+    def plan_shape(self, real_gpus: list[str] | None = None) -> EmbeddedShape:
         """Workers and executors this cluster starts with, derived from its spec (no side
-        effects besides ``nvidia-smi -L``)."""
+        effects besides ``nvidia-smi -L`` when ``real_gpus`` is not given)."""
         from gpuspark.spec import resolve_spec
 
         spec = resolve_spec(self.spec)
-        return embedded_shape(spec, real_gpus=len(detect_gpus()), **self.overrides)
+        real = detect_gpus() if real_gpus is None else real_gpus
+        return embedded_shape(spec, real_gpus=len(real), **self.overrides)
 
     @property
     def shape(self) -> EmbeddedShape | None:
@@ -169,8 +170,9 @@ class LocalCluster:
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        shape = self.plan_shape()
-        gpu_sets, simulated = _assign_gpus(shape)
+        real = detect_gpus()
+        shape = self.plan_shape(real)
+        gpu_sets, simulated = _assign_gpus(shape, real)
         try:
             self.state = self._start_master(simulated)
             self.state.shape = shape.as_dict()
@@ -375,9 +377,8 @@ class LocalCluster:
         os.replace(tmp, path)
 
 
-def _assign_gpus(shape: EmbeddedShape) -> tuple[list[list[str]], bool]:
+def _assign_gpus(shape: EmbeddedShape, real: list[str]) -> tuple[list[list[str]], bool]:
     """GPU addresses of each worker: real indices split evenly, else simulated ones."""
-    real = detect_gpus()
     per = shape.gpus_per_worker
     if real:
         return [real[i * per : (i + 1) * per] for i in range(shape.workers)], False

@@ -345,9 +345,18 @@ def job_session(
     if active is not None and master is None and spec is None:
         yield active
         return
-    with _cluster_for(master, spec, state_dir) as cluster:
+    from gpuspark.spec import resolve_spec
+
+    spec_obj = resolve_spec(spec)  # once: the file is read here, not again per step
+    with _cluster_for(master, spec_obj, state_dir) as cluster:
         s = session(
-            master, spec, kind=kind, app_name=app_name, cluster=cluster, state_dir=state_dir, **conf
+            master,
+            spec_obj,
+            kind=kind,
+            app_name=app_name,
+            cluster=cluster,
+            state_dir=state_dir,
+            **conf,
         )
         try:
             yield s
@@ -356,12 +365,12 @@ def job_session(
 
 
 @contextlib.contextmanager
-def _cluster_for(master: str | None, spec: Any, state_dir: Any) -> Iterator[LocalCluster | None]:
+def _cluster_for(
+    master: str | None, spec_obj: ClusterSpec, state_dir: Any
+) -> Iterator[LocalCluster | None]:
     """The embedded cluster a job on ``master`` needs: the running one, or one started for it."""
     from gpuspark.cluster.local import LocalCluster
-    from gpuspark.spec import resolve_spec
 
-    spec_obj = resolve_spec(spec)
     if (master or spec_obj.spark.master) not in EMBEDDED_MASTERS:
         yield None
         return
