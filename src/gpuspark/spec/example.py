@@ -107,6 +107,12 @@ idle_allocated_minutes = 30
 data_wait_pct = 25
 nvme_free_pct = 10
 executor_lost_per_hour = 3
+stall_minutes = 10             # no training step finished for this long
+scrape_interval_s = 15
+metrics_port = 9700            # ranks serve /metrics on 9700 + local rank; 0 turns it off
+metrics_host = "0.0.0.0"       # the ranks' /metrics listen for a Prometheus on another host
+# targets_dir = "/shared/prometheus/gpuspark-targets"   # file_sd directory Prometheus reads
+runbook_url = "https://wiki.example.com/gpuspark/runbook"
 """
 
 

@@ -211,6 +211,19 @@ class Monitoring(_Model):
     """Alert when local NVMe scratch has less free space than this."""
     executor_lost_per_hour: Annotated[int, Field(ge=1)] = 3
     """Alert when an application loses more executors than this in an hour."""
+    stall_minutes: Positive = 10.0
+    """Alert when a running training run finishes no step for this long."""
+    scrape_interval_s: Annotated[int, Field(ge=1, le=300)] = 15
+    """Prometheus scrape interval in the rendered ``prometheus.yml``."""
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 9700
+    """Base port of the training ranks' ``/metrics`` (rank's port = base + local rank); 0: off."""
+    metrics_host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
+    """Address the ranks' ``/metrics`` bind to; ``0.0.0.0`` for a Prometheus on another host."""
+    targets_dir: str | None = None
+    """Prometheus ``file_sd_configs`` directory for runs (default ``~/.gpuspark/monitor/targets``,
+    or ``$GPUSPARK_MONITOR_DIR/targets``); on a real cluster a path Prometheus can read."""
+    runbook_url: Annotated[str, Field(min_length=1)] = "docs/runbook.md"
+    """Where operators read the runbook; alerts link ``<runbook_url>#<alert section>``."""
 
 
 class ClusterSpec(_Model):
