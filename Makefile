@@ -7,7 +7,7 @@ STAMP := $(VENV)/.gpuspark-installed
 TORCH_CPU := torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-all demo lint java clean
+.PHONY: setup test test-all demo lint java monitoring-tools clean
 
 setup: $(STAMP)
 
@@ -23,7 +23,23 @@ java:
 	  fi; \
 	fi
 
-$(STAMP): pyproject.toml constraints.txt | java
+# Prometheus, promtool, amtool and node_exporter (Debian packages) for the monitoring tests and
+# `gpuspark monitor up`. Installed with apt when missing and we are root; else a note (the tests
+# that need them skip, saying what to install).
+MON_PKGS := prometheus prometheus-alertmanager prometheus-node-exporter
+monitoring-tools:
+	@if command -v promtool >/dev/null && command -v amtool >/dev/null \
+	    && command -v prometheus-node-exporter >/dev/null; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	  echo "gpuspark: installing $(MON_PKGS) (monitoring tests, gpuspark monitor up)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(MON_PKGS) >/dev/null; \
+	  for s in prometheus prometheus-alertmanager prometheus-node-exporter; do \
+	    (service $$s stop || systemctl stop $$s) >/dev/null 2>&1 || true; done; \
+	else \
+	  echo "gpuspark: note: install $(MON_PKGS) for the monitoring tests and 'gpuspark monitor up'" >&2; \
+	fi
+
+$(STAMP): pyproject.toml constraints.txt | java monitoring-tools
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
