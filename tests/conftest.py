@@ -23,6 +23,19 @@ def _python_for_executors() -> None:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _monitor_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Prometheus target files of the tests' clusters and runs go to a temp dir, not $HOME."""
+    old = os.environ.get("GPUSPARK_MONITOR_DIR")
+    path = tmp_path_factory.mktemp("gpuspark-monitor")
+    os.environ["GPUSPARK_MONITOR_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("GPUSPARK_MONITOR_DIR", None)
+    else:
+        os.environ["GPUSPARK_MONITOR_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real Spark master + 2 workers, each advertising 2 GPU addresses."""

@@ -17,7 +17,9 @@ from gpuspark.spec import ClusterSpec
 
 __all__ = [
     "DISCOVERY_SCRIPT",
+    "METRICS_NAMESPACE",
     "discovery_script",
+    "driver_metrics_conf",
     "metrics_properties",
     "render_spark",
     "spark_conf",
@@ -27,6 +29,13 @@ __all__ = [
 
 DISCOVERY_SCRIPT = "getGpusResources.sh"
 """File name of the rendered GPU discovery script."""
+
+METRICS_NAMESPACE = "gpuspark"
+"""``spark.metrics.namespace``. Spark's default is the application id, which puts the app id
+in every driver metric name (``metrics_app_20261201..._driver_...``): such series cannot be
+aggregated across runs. The same value is :data:`gpuspark.monitor.names.SPARK_NAMESPACE`."""
+
+_SERVLET = "org.apache.spark.metrics.sink.PrometheusServlet"
 
 _STANDALONE = ("spark://", "local-cluster")
 
@@ -54,6 +63,7 @@ def spark_conf(spec: ClusterSpec, *, discovery_script_path: str | None = None) -
         "spark.executor.memory": s.executor_memory,
         "spark.dynamicAllocation.enabled": _bool(s.dynamic_allocation),
         "spark.ui.prometheus.enabled": "true",
+        "spark.metrics.namespace": METRICS_NAMESPACE,
         "spark.eventLog.enabled": _bool(s.event_log),
     }
     if s.dynamic_allocation:
@@ -109,15 +119,26 @@ def spark_defaults(spec: ClusterSpec, *, discovery_script_path: str | None = Non
     return "".join(lines)
 
 
-def metrics_properties(spec: ClusterSpec) -> str:
-    """Content of ``metrics.properties``: Spark's PrometheusServlet sink on every instance."""
-    props = {
-        "*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+def _metrics_props() -> dict[str, str]:
+    return {
+        "*.sink.prometheusServlet.class": _SERVLET,
         "*.sink.prometheusServlet.path": "/metrics/prometheus",
         "master.sink.prometheusServlet.path": "/metrics/master/prometheus",
         "applications.sink.prometheusServlet.path": "/metrics/applications/prometheus",
         "*.source.jvm.class": "org.apache.spark.metrics.source.JvmSource",
     }
+
+
+def driver_metrics_conf() -> dict[str, str]:
+    """``metrics.properties`` as ``spark.metrics.conf.*`` application properties: the driver
+    serves ``/metrics/prometheus`` on its UI port even where no ``metrics.properties`` is
+    deployed (the embedded cluster, a laptop, a notebook)."""
+    return {f"spark.metrics.conf.{k}": v for k, v in _metrics_props().items()}
+
+
+def metrics_properties(spec: ClusterSpec) -> str:
+    """Content of ``metrics.properties``: Spark's PrometheusServlet sink on every instance."""
+    props = _metrics_props()
     body = "".join(f"{key}={value}\n" for key, value in sorted(props.items()))
     return _header(spec, "Spark metrics (Prometheus)") + body
 

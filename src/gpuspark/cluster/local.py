@@ -170,6 +170,7 @@ class LocalCluster:
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
+        self._write_metrics_conf()
         real = detect_gpus()
         shape = self.plan_shape(real)
         gpu_sets, simulated = _assign_gpus(shape, real)
@@ -185,7 +186,36 @@ class LocalCluster:
             self.stop()
             raise
         self._owns = True
+        from gpuspark.cluster.targets import announce_master
+
+        announce_master(self._target_name(), self.host, self.state.webui_port, self._spec_obj())
         return self
+
+    def _target_name(self) -> str:
+        state = self.state or self._read_state()
+        return f"embedded-{state.master_port if state else 0}"
+
+    def _spec_obj(self) -> Any:
+        """The spec as an object for monitoring paths; ``None`` if it cannot be read now."""
+        from gpuspark.errors import GpusparkError
+        from gpuspark.spec import resolve_spec
+
+        try:
+            return resolve_spec(self.spec)
+        except GpusparkError:
+            return None
+
+    def _write_metrics_conf(self) -> Path:
+        """``$SPARK_CONF_DIR/metrics.properties`` for master and workers: the same
+        PrometheusServlet paths as a rendered production conf (``/metrics/master/prometheus``)."""
+        from gpuspark.cluster.conf import metrics_properties
+        from gpuspark.spec import default_spec
+
+        conf_dir = self.state_dir / "conf"
+        conf_dir.mkdir(exist_ok=True)
+        spec = self._spec_obj() or default_spec()
+        (conf_dir / "metrics.properties").write_text(metrics_properties(spec), encoding="utf-8")
+        return conf_dir
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -193,6 +223,7 @@ class LocalCluster:
         env.update(
             SPARK_HOME=str(home),
             SPARK_LOG_DIR=str(self.state_dir / "logs"),
+            SPARK_CONF_DIR=str(self.state_dir / "conf"),
             SPARK_LOCAL_IP=self.host,
             SPARK_DAEMON_MEMORY=env.get("SPARK_DAEMON_MEMORY", "512m"),
             PYSPARK_PYTHON=sys.executable,
@@ -335,6 +366,9 @@ class LocalCluster:
             return []
         pids = [w.pid for w in state.workers] + [state.master_pid]
         terminate_groups(pids, timeout)
+        from gpuspark.cluster.targets import withdraw_master
+
+        withdraw_master(f"embedded-{state.master_port}", self._spec_obj())
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
         self.state = None
         return pids

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.errors import ClusterError
+from gpuspark.errors import ClusterError, GpusparkError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -242,17 +242,18 @@ def session_plan(
 ) -> SessionPlan:
     """Work out master, conf and environment for a session, without starting anything.
 
-    Precedence (last wins): local defaults (single-machine masters), the spec's Spark settings
-    (shaped by the embedded cluster when the master is ``local-cluster``), the job kind, the
-    current Python for driver and executors, ``conf``. Keyword names may use ``_`` for ``.``
-    (``spark_executor_cores=4``). Raises :class:`ClusterError` for a shape Spark would call
-    wasteful.
+    Precedence (last wins): the driver's Prometheus servlet, local defaults (single-machine
+    masters), the spec's Spark settings (shaped by the embedded cluster when the master is
+    ``local-cluster``), the job kind, the current Python for driver and executors, ``conf``.
+    Keyword names may use ``_`` for ``.`` (``spark_executor_cores=4``). Raises
+    :class:`ClusterError` for a shape Spark would call wasteful.
     """
+    from gpuspark.cluster.conf import driver_metrics_conf
     from gpuspark.spec import resolve_spec
 
     spec_obj = resolve_spec(spec)
     target = master or spec_obj.spark.master
-    merged: dict[str, str] = {}
+    merged: dict[str, str] = driver_metrics_conf()  # the spec's [spark.conf] may override
     if cluster is None and target.startswith("spark://"):
         cluster = _embedded_at(target, state_dir)
     if target in EMBEDDED_MASTERS or cluster is not None:
@@ -265,6 +266,10 @@ def session_plan(
         if resolved.startswith(_LOCAL_PREFIXES):
             merged.update(local_defaults())
         merged.update(_spec_conf(spec_obj, resolved))
+    if not resolved.startswith("local") and "spark.ui.enabled" not in spec_obj.spark.conf:
+        # A cluster's driver UI serves the driver's and executors' Prometheus metrics
+        # (published as targets, see .targets); only in-process local[*] runs without it.
+        merged["spark.ui.enabled"] = "true"
     merged = _kind_conf(merged, JobKind(kind))
     merged.update(_python_conf())
     merged.update({_key(k): _value(v) for k, v in conf.items()})
@@ -312,6 +317,8 @@ def session(
     for key, value in plan.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if fresh:
+        _announce(spark, spec)
     if os.environ.get("GPUSPARK_SPARK_LOG_LEVEL"):
         spark.sparkContext.setLogLevel(os.environ["GPUSPARK_SPARK_LOG_LEVEL"])
     if log_file is not None and log_file.exists():
@@ -361,7 +368,22 @@ def job_session(
         try:
             yield s
         finally:
+            from gpuspark.cluster.targets import withdraw_app
+
+            withdraw_app(str(s.sparkContext.applicationId), spec_obj)
             s.stop()
+
+
+def _announce(spark: SparkSession, spec: ClusterSpec | str | os.PathLike[str] | None) -> None:
+    """Publish the new application's driver UI as a Prometheus target (see :mod:`.targets`)."""
+    from gpuspark.cluster.targets import announce_app
+    from gpuspark.spec import ClusterSpec, resolve_spec
+
+    try:
+        spec_obj = spec if isinstance(spec, ClusterSpec) else resolve_spec(spec)
+    except GpusparkError:
+        spec_obj = None
+    announce_app(spark, spec_obj)
 
 
 @contextlib.contextmanager
