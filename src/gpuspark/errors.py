@@ -18,6 +18,7 @@ __all__ = [
     "LabelsError",
     "LaunchError",
     "LoaderError",
+    "MonitorError",
     "NotADatasetError",
     "PrepError",
     "QuarantineError",
@@ -152,6 +153,10 @@ class CheckpointError(GpusparkError):
 
 class RecipeError(GpusparkError, ValueError):
     """A recipe name or option is invalid."""
+
+
+class MonitorError(GpusparkError):
+    """Monitoring could not start, stop or read: Prometheus missing, a port busy, no data."""
 
 
 def did_you_mean(name: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
