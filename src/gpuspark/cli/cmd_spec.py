@@ -1,4 +1,5 @@
-"""``gpuspark init | validate | render spark``: the cluster spec and what is rendered from it."""
+"""``gpuspark init | validate | render spark | render monitoring``: the cluster spec and what is
+rendered from it."""
 
 from __future__ import annotations
 
@@ -105,6 +106,50 @@ def render_spark_cmd(
         return
     for path in write_rendered(files, out_dir):
         typer.echo(f"wrote {path}")
+
+
+@render_app.command("monitoring")
+def render_monitoring_cmd(
+    spec_file: SpecArg,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Write the files here [default: print them]."),
+    ] = None,
+    targets_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--targets-dir",
+            help="file_sd directory as the Prometheus server sees it "
+            "[default: the spec's [monitoring] targets_dir, else ~/.gpuspark/monitor/targets].",
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Render prometheus.yml, alert rules with promtool tests, alertmanager.yml and the runbook."""
+    from gpuspark.monitor.render import check_commands, render_monitoring, write_monitoring
+    from gpuspark.spec import load_spec
+
+    spec = load_spec(spec_file)
+    if out_dir is not None:
+        check_dir_option(out_dir, "--out")
+    files = render_monitoring(spec, targets_dir=targets_dir)
+    if out_dir is None:
+        if json_out:
+            print_json({"files": files})
+            return
+        for name, content in files.items():
+            sys.stdout.write(f"# ==> {name} <==\n{content}")
+        return
+    written = write_monitoring(files, out_dir)
+    checks = check_commands(out_dir)
+    if json_out:
+        print_json({"written": [str(p) for p in written], "checks": checks})
+        return
+    for path in written:
+        typer.echo(f"wrote {path}")
+    typer.echo("check them with:")
+    for line in checks:
+        typer.echo(f"  {line}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,91 @@
+"""``gpuspark render monitoring``: every Prometheus/Alertmanager file for a cluster spec.
+
+:func:`render_monitoring` returns relative path -> content (printable before anything is
+written); :func:`write_monitoring` writes them atomically; :func:`check_commands` are the
+``promtool``/``amtool`` lines that check the written files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuspark.spec import ClusterSpec
+
+__all__ = [
+    "ALERTMANAGER_FILE",
+    "PROMETHEUS_FILE",
+    "RUNBOOK_FILE",
+    "check_commands",
+    "render_monitoring",
+    "runbook_text",
+    "write_monitoring",
+]
+
+PROMETHEUS_FILE = "prometheus.yml"
+ALERTMANAGER_FILE = "alertmanager.yml"
+RUNBOOK_FILE = "runbook.md"
+
+
+def runbook_text() -> str:
+    """The alert runbook (``docs/runbook.md``), shipped with the package."""
+    from importlib.resources import files
+
+    return (files("gpuspark.monitor") / RUNBOOK_FILE).read_text(encoding="utf-8")
+
+
+def render_monitoring(
+    spec: ClusterSpec, *, targets_dir: str | os.PathLike[str] | None = None
+) -> dict[str, str]:
+    """Relative path -> content: ``prometheus.yml``, ``rules/gpuspark-alerts.yml``,
+    ``tests/gpuspark-alerts.test.yml`` (promtool unit tests of the rules),
+    ``alertmanager.yml`` and ``runbook.md``.
+
+    ``targets_dir`` is the file_sd directory as the Prometheus server sees it (default: the
+    spec's ``[monitoring] targets_dir`` or ``~/.gpuspark/monitor/targets``).
+    """
+    from gpuspark.monitor.alertmanager import alertmanager_yml
+    from gpuspark.monitor.prometheus import prometheus_yml
+    from gpuspark.monitor.rule_tests import TESTS_FILE, alert_rule_tests
+    from gpuspark.monitor.rules import RULES_FILE, alert_rules
+
+    files = {
+        PROMETHEUS_FILE: prometheus_yml(spec, targets_dir=targets_dir),
+        f"rules/{RULES_FILE}": alert_rules(spec),
+        f"tests/{TESTS_FILE}": alert_rule_tests(spec),
+        ALERTMANAGER_FILE: alertmanager_yml(spec),
+        RUNBOOK_FILE: runbook_text(),
+    }
+    # Grafana dashboards (gpuspark.monitor.dashboards.render_dashboards) are merged in here.
+    return files
+
+
+def write_monitoring(files: Mapping[str, str], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write ``files`` (relative path -> content) under ``out_dir``, each atomically."""
+    from gpuspark.cluster.conf import write_rendered
+
+    by_folder: dict[str, dict[str, str]] = {}
+    for name, content in files.items():
+        rel = PurePosixPath(name)
+        by_folder.setdefault(str(rel.parent), {})[rel.name] = content
+    written: list[Path] = []
+    for folder, group in by_folder.items():
+        written += write_rendered(group, Path(out_dir) / folder)
+    return written
+
+
+def check_commands(out_dir: str | os.PathLike[str]) -> list[str]:
+    """Shell lines that check the files :func:`write_monitoring` wrote to ``out_dir``."""
+    from gpuspark.monitor.rule_tests import TESTS_FILE
+    from gpuspark.monitor.rules import RULES_FILE
+
+    out = Path(out_dir)
+    return [
+        f"promtool check config {out / PROMETHEUS_FILE}",
+        f"promtool check rules {out / 'rules' / RULES_FILE}",
+        f"promtool test rules {out / 'tests' / TESTS_FILE}",
+        f"amtool check-config {out / ALERTMANAGER_FILE}",
+    ]
