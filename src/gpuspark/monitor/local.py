@@ -27,6 +27,7 @@ __all__ = ["MonitorState", "Service", "down", "running", "status", "up"]
 STATE_FILE = "monitor.json"
 _PROMETHEUS = ("prometheus",)
 _NODE_EXPORTER = ("prometheus-node-exporter", "node_exporter")
+_RULES = ("rules/*.yml",)
 _INSTALL = "install Debian's prometheus and prometheus-node-exporter (`make setup` does, as root)"
 
 
@@ -140,21 +141,19 @@ def running(directory: Path | None = None) -> MonitorState | None:
     return state if pid_alive(state.prometheus.pid) else None
 
 
-def _write_config(spec: Any, config_dir: Path, targets: Path, node: str | None) -> Path:
-    """Render the monitoring files for ``spec`` into ``config_dir``, embedded scrape config."""
-    from gpuspark.cluster.conf import write_rendered
+def _write_config(
+    spec: Any, config_dir: Path, targets: Path, node: str | None, interval: int
+) -> Path:
+    """Render the monitoring files for ``spec`` into ``config_dir``, embedded scrape config
+    (the alert rules loaded, so ``ALERTS`` shows what would fire on this machine)."""
     from gpuspark.monitor.prometheus import EmbeddedScrape, prometheus_yml
-    from gpuspark.monitor.render import render_monitoring
+    from gpuspark.monitor.render import render_monitoring, write_monitoring
 
     files = render_monitoring(spec, targets_dir=targets)
     files = {k: v for k, v in files.items() if not k.startswith("grafana/")}
-    files["prometheus.yml"] = prometheus_yml(
-        spec, targets_dir=targets, embedded=EmbeddedScrape(node_exporter=node)
-    )
-    for name in {str(Path(n).parent) for n in files} - {"."}:
-        (config_dir / name).mkdir(parents=True, exist_ok=True)
-    for name, content in files.items():
-        write_rendered({Path(name).name: content}, config_dir / Path(name).parent)
+    scrape = EmbeddedScrape(node_exporter=node, scrape_interval_s=interval, rule_files=_RULES)
+    files["prometheus.yml"] = prometheus_yml(spec, targets_dir=targets, embedded=scrape)
+    write_monitoring(files, config_dir)
     return config_dir / "prometheus.yml"
 
 
@@ -196,12 +195,14 @@ def up(
     port: int = 9090,
     node_exporter: bool = True,
     node_exporter_port: int = 9100,
+    scrape_interval_s: int = 5,
     directory: Path | None = None,
 ) -> MonitorState:
     """Start Prometheus (and node_exporter) on loopback for this machine; return the state.
 
     Raises :class:`MonitorError` when one is already running (see :func:`running`) or the
     tools are missing. Ports default to 9090 / 9100, or a free port when those are taken.
+    Targets are scraped every ``scrape_interval_s`` seconds.
     """
     from gpuspark.spec import resolve_spec
 
@@ -222,7 +223,7 @@ def up(
     node = _start_node_exporter(base, node_exporter_port) if node_exporter else None
     try:
         node_addr = f"127.0.0.1:{node.port}" if node else None
-        config = _write_config(spec_obj, base / "config", targets, node_addr)
+        config = _write_config(spec_obj, base / "config", targets, node_addr, scrape_interval_s)
         prom = _start_prometheus(base, config, port)
     except BaseException:
         _stop([node] if node else [])
