@@ -219,7 +219,8 @@ class Grid:
     ) -> dict[str, Any]:
         """A ``table`` of one instant query (one row per series, labels as columns)."""
         options = {"showHeader": True, "cellHeight": "sm"}
-        transformations = [{"id": "labelsToFields", "options": {}}]
+        # an instant query in table format: one column per label, the value last; no time
+        transformations = [{"id": "organize", "options": {"excludeByName": {"Time": True}}}]
         panel = self.panel(
             "table",
             title,
