@@ -156,3 +156,46 @@ NODE = {
     "fs_size": "node_filesystem_size_bytes",
 }
 """node_exporter names (infiniband and filesystem collectors)."""
+
+# -- Spark 4 (PrometheusServlet and spark.ui.prometheus.enabled) ----------------------------
+__all__ += ["SPARK"]
+
+SPARK = {
+    # /metrics/executors/prometheus on a driver's UI (job spark-executors): one series per
+    # executor (plus executor_id="driver"), labels application_id, application_name, executor_id
+    "executor_cores": "metrics_executor_totalCores",
+    "executor_max_tasks": "metrics_executor_maxTasks",
+    "executor_active_tasks": "metrics_executor_activeTasks",
+    "executor_failed_tasks": "metrics_executor_failedTasks_total",
+    "executor_completed_tasks": "metrics_executor_completedTasks_total",
+    "executor_memory_used": "metrics_executor_memoryUsed_bytes",
+    "executor_max_memory": "metrics_executor_maxMemory_bytes",
+    "executor_jvm_heap": "metrics_executor_JVMHeapMemory_bytes",
+    "executor_gc_seconds": "metrics_executor_totalGCTime_seconds_total",
+    "executor_shuffle_read": "metrics_executor_totalShuffleRead_bytes_total",
+    "executor_shuffle_write": "metrics_executor_totalShuffleWrite_bytes_total",
+    # /metrics/prometheus on a driver's UI (job spark-apps): no application label (the target's
+    # labels tell applications apart); the prefix carries spark.metrics.namespace
+    "driver_active_jobs": f"metrics_{SPARK_NAMESPACE}_driver_DAGScheduler_job_activeJobs_Value",
+    "driver_running_stages": (
+        f"metrics_{SPARK_NAMESPACE}_driver_DAGScheduler_stage_runningStages_Value"
+    ),
+    "driver_failed_jobs": f"metrics_{SPARK_NAMESPACE}_driver_appStatus_jobs_failedJobs_Count",
+    "driver_failed_tasks": f"metrics_{SPARK_NAMESPACE}_driver_appStatus_tasks_failedTasks_Count",
+    "driver_completed_tasks": (
+        f"metrics_{SPARK_NAMESPACE}_driver_appStatus_tasks_completedTasks_Count"
+    ),
+    "driver_executors": (
+        f"metrics_{SPARK_NAMESPACE}_driver_ExecutorAllocationManager_executors_"
+        "numberAllExecutors_Value"
+    ),
+    # /metrics/master/prometheus on the standalone master's web UI (job spark-master)
+    "master_alive_workers": "metrics_master_aliveWorkers_Value",
+    "master_workers": "metrics_master_workers_Value",
+    "master_apps": "metrics_master_apps_Value",
+    "master_waiting_apps": "metrics_master_waitingApps_Value",
+}
+"""Spark 4 series the dashboards read, as read from a running Spark 4.3 driver and standalone
+master (``driver_executors`` exists only with dynamic allocation; the ``driver_*`` task and job
+counters come from the appStatus source, present there without setting
+``spark.metrics.appStatusSource.enabled``)."""
