@@ -42,12 +42,14 @@ def render_monitoring(
 ) -> dict[str, str]:
     """Relative path -> content: ``prometheus.yml``, ``rules/gpuspark-alerts.yml``,
     ``tests/gpuspark-alerts.test.yml`` (promtool unit tests of the rules),
-    ``alertmanager.yml`` and ``runbook.md``.
+    ``alertmanager.yml``, ``runbook.md`` and the Grafana dashboards with their provisioning
+    files under ``grafana/``.
 
     ``targets_dir`` is the file_sd directory as the Prometheus server sees it (default: the
     spec's ``[monitoring] targets_dir`` or ``~/.gpuspark/monitor/targets``).
     """
     from gpuspark.monitor.alertmanager import alertmanager_yml
+    from gpuspark.monitor.dashboards import render_dashboards
     from gpuspark.monitor.prometheus import prometheus_yml
     from gpuspark.monitor.rule_tests import TESTS_FILE, alert_rule_tests
     from gpuspark.monitor.rules import RULES_FILE, alert_rules
@@ -59,7 +61,7 @@ def render_monitoring(
         ALERTMANAGER_FILE: alertmanager_yml(spec),
         RUNBOOK_FILE: runbook_text(),
     }
-    # Grafana dashboards (gpuspark.monitor.dashboards.render_dashboards) are merged in here.
+    files.update(render_dashboards(spec))
     return files
 
 
