@@ -78,11 +78,13 @@ def _which(names: tuple[str, ...]) -> str | None:
 
 
 def _port(preferred: int) -> int:
-    """``preferred`` when free on loopback, else any free port."""
+    """``preferred`` when free on loopback, else (or for 0) any free port."""
     import socket
 
     from gpuspark.cluster.processes import free_port
 
+    if preferred == 0:
+        return free_port()
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", preferred))
