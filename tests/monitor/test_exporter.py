@@ -143,9 +143,7 @@ def test_counters_count_every_step_and_sample(fitted: dict[str, Any]) -> None:
         assert _value(early, name) < _value(mid, name) < _value(end, name)
     for phase in n.PHASES:
         assert _value(early, n.STEP_PHASE, phase=phase) <= _value(end, n.STEP_PHASE, phase=phase)
-    assert _value(early, n.STEP_PHASE, phase="compute") < _value(
-        end, n.STEP_PHASE, phase="compute"
-    )
+    assert _value(early, n.STEP_PHASE, phase="compute") < _value(end, n.STEP_PHASE, phase="compute")
     sent, raw = _value(end, n.GRAD_SENT), _value(end, n.GRAD_UNCOMPRESSED)
     assert sent == raw == 16 * (8 * 2 + 2) * 4  # uncompressed fp32 Linear(8, 2) per step
     assert _value(end, n.LOADER_RECORDS) == 128

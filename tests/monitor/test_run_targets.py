@@ -88,7 +88,7 @@ def _check_live(groups: list[dict[str, Any]], taken: set[int]) -> None:
     ports = set()
     for g in groups:
         (target,) = g["targets"]
-        host, port = target.rsplit(":", 1)
+        port = target.rsplit(":", 1)[1]
         ports.add(int(port))
         labels = g["labels"]
         assert set(labels) == {"run_id", "rank", "host", "team"}
