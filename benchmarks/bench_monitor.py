@@ -5,9 +5,11 @@ One CPU process (gloo world of one, 1 torch thread) trains a small MLP with
 off (``metrics_port=0``) and on (the exporter fed every step, and scraped once a second by a
 background client, far more often than Prometheus' 15 s), the order swapped every repetition;
 the figure per block is its median step time, and the overhead is the median over
-repetitions of on/off - 1. Scrape latency: ~200 sequential GETs (a new connection each) of
-the live endpoint of that rank, median and p95. Also: the cost of one ``RankMetrics.step``
-call alone.
+repetitions of on/off - 1. The same ratio of the process's CPU seconds per step (all
+threads, the HTTP server's included) is printed too: on a shared, loaded machine wall-clock
+blocks swing by tens of percent, CPU time much less. Scrape latency: ~200 sequential GETs
+(a new connection each) of the live endpoint of that rank, median and p95. Also: the cost of
+one ``RankMetrics.step`` call alone.
 
     python benchmarks/bench_monitor.py [--quick]
 """
@@ -51,18 +53,21 @@ def _model_and_data(width: int, batch: int, n_batches: int) -> tuple[Any, Any, l
     return model, opt, data
 
 
-def _block(model: Any, opt: Any, data: list[Any], port: int) -> float:
-    """One fit over ``data``; the median seconds between consecutive optimizer steps."""
+def _block(model: Any, opt: Any, data: list[Any], port: int) -> tuple[float, float]:
+    """One fit over ``data``: the median wall seconds between consecutive optimizer steps, and
+    this process's CPU seconds per step (all threads: the exporter's server included)."""
     import torch
 
     from gpuspark.train.loop import FitConfig, fit
 
     stamps: list[float] = []
     cfg = FitConfig(epochs=1, log=None, metrics_port=port)
+    cpu0 = time.process_time()
     fit(model, opt, torch.nn.functional.cross_entropy, data, config=cfg,
         on_step=lambda _s: stamps.append(time.perf_counter()))  # fmt: skip
+    cpu = (time.process_time() - cpu0) / len(data)
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    return statistics.median(gaps)
+    return statistics.median(gaps), cpu
 
 
 class _Scraper(threading.Thread):
@@ -89,20 +94,30 @@ def _overhead(shape: dict[str, int], port: int) -> dict[str, Any]:
     _block(model, opt, data[:20], port)
     off: list[float] = []
     on: list[float] = []
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
     scrapes = 0
     for rep in range(shape["reps"]):
         for mode in ("off", "on") if rep % 2 == 0 else ("on", "off"):
             if mode == "off":
-                off.append(_block(model, opt, data, 0))
+                wall, cpu_s = _block(model, opt, data, 0)
+                off.append(wall)
+                cpu["off"].append(cpu_s)
                 continue
             scraper = _Scraper(rm.url)
             scraper.start()
-            on.append(_block(model, opt, data, port))
+            wall, cpu_s = _block(model, opt, data, port)
+            on.append(wall)
+            cpu["on"].append(cpu_s)
             scraper.stop.set()
             scraper.join()
             scrapes += scraper.count
     ratios = [a / b for a, b in zip(on, off, strict=True)]
+    cpu_ratios = [a / b for a, b in zip(cpu["on"], cpu["off"], strict=True)]
     return {
+        "cpu_ms_per_step_off_median": round(statistics.median(cpu["off"]) * 1e3, 4),
+        "cpu_ms_per_step_on_median": round(statistics.median(cpu["on"]) * 1e3, 4),
+        "cpu_overhead_pct_per_rep": [round((r - 1) * 100, 3) for r in cpu_ratios],
+        "cpu_overhead_pct": round((statistics.median(cpu_ratios) - 1) * 100, 3),
         "step_ms_off": [round(x * 1e3, 4) for x in off],
         "step_ms_on": [round(x * 1e3, 4) for x in on],
         "step_ms_off_median": round(statistics.median(off) * 1e3, 4),
@@ -180,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         ("step ms, metrics off (median)", over["step_ms_off_median"], "", ""),
         ("step ms, metrics on (median)", over["step_ms_on_median"], "", ""),
         ("overhead % (median of on/off)", over["overhead_pct"], OVERHEAD_LIMIT_PCT, ok_over),
+        ("CPU ms/step, off (median)", over["cpu_ms_per_step_off_median"], "", ""),
+        ("CPU ms/step, on (median)", over["cpu_ms_per_step_on_median"], "", ""),
+        ("CPU overhead % (median of on/off)", over["cpu_overhead_pct"], "", ""),
         ("RankMetrics.step us per call", step_us, "", ""),
         ("scrape ms, median", scrape["scrape_ms_median"], SCRAPE_LIMIT_MS, ok_scrape),
         ("scrape ms, p95", scrape["scrape_ms_p95"], "", ""),
@@ -187,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, value, limit, ok in rows:
         flag = "" if ok == "" else ("yes" if ok else "NO")
         print(f"{name:<34} {value:>10} {limit!s:>8} {flag:>4}")
-    print(f"per-rep overhead %: {over['overhead_pct_per_rep']}; wall {wall:.1f} s")
+    print(f"per-rep wall overhead %: {over['overhead_pct_per_rep']}")
+    print(f"per-rep CPU overhead %: {over['cpu_overhead_pct_per_rep']}; wall {wall:.1f} s")
     path = write_results(
         "monitor" + ("_quick" if args.quick else ""),
         {"quick": args.quick, "shape": shape, "model": model, **over, **scrape,

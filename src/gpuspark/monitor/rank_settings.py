@@ -13,6 +13,7 @@ that tails the rank logs forwards it to the driver, which writes the Prometheus 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -92,9 +93,20 @@ def _port_from_env() -> int | None:
 
 
 def _spec_defaults(spec: ClusterSpec | None) -> tuple[int, str]:
+    if spec is not None:
+        return int(spec.monitoring.metrics_port), str(spec.monitoring.metrics_host)
+    from gpuspark.spec import SPEC_ENV
+
+    return _env_spec_defaults(os.environ.get(SPEC_ENV) or None)
+
+
+@functools.lru_cache(maxsize=4)
+def _env_spec_defaults(path: str | None) -> tuple[int, str]:
+    """The spec ``$GPUSPARK_SPEC`` names (or the default one), read once per process: every
+    ``fit`` asks, and parsing a spec takes milliseconds."""
     from gpuspark.spec import resolve_spec
 
-    mon = resolve_spec(spec).monitoring
+    mon = resolve_spec(path).monitoring
     return int(mon.metrics_port), str(mon.metrics_host)
 
 
