@@ -51,7 +51,7 @@ def launch(
         str | None, typer.Option("--metrics-host", help="Address /metrics binds to.")
     ] = None,
     team: Annotated[
-        str | None, typer.Option("--team", help="Team label of the metrics (spec [[teams]]).")
+        str | None, typer.Option("--team", help="Team label of the metrics (a team of the spec).")
     ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,

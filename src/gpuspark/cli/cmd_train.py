@@ -63,7 +63,7 @@ def train(
         str | None, typer.Option(help="Address /metrics binds to (default 127.0.0.1).")
     ] = None,
     team: Annotated[
-        str | None, typer.Option(help="Team label of the metrics (a spec [[teams]] name).")
+        str | None, typer.Option(help="Team label of the metrics (a team of the spec).")
     ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,
