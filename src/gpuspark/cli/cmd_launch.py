@@ -41,15 +41,29 @@ def launch(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print what would run, start nothing.")
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port", help="Base port of the ranks' /metrics (+ local rank; 0: off)."
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None, typer.Option("--metrics-host", help="Address /metrics binds to.")
+    ] = None,
+    team: Annotated[
+        str | None, typer.Option("--team", help="Team label of the metrics (a team of the spec).")
+    ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it."""
     from gpuspark.launch import make_request, run_request
+    from gpuspark.monitor.rank_settings import check_team
     from gpuspark.spec import load_spec
 
     spec_obj = load_spec(spec) if spec is not None else None  # checked in a dry run too
+    check_team(team, spec_obj)
     req = make_request(
         script,
         *(script_args or []),
@@ -62,6 +76,9 @@ def launch(
         max_attempts=max_attempts,
         timeout=timeout,
         master=master,
+        team=team,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     if dry_run:
         print_json({"plan": req.materialize()}) if json_out else typer.echo(req.materialize())

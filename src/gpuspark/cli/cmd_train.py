@@ -55,15 +55,27 @@ def train(
     val_split: Annotated[
         str, typer.Option(help="Split scored after each epoch; 'none': no validation.")
     ] = "val",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Base port of the ranks' /metrics (+ local rank; 0: off; default 9700)."),
+    ] = None,
+    metrics_host: Annotated[
+        str | None, typer.Option(help="Address /metrics binds to (default 127.0.0.1).")
+    ] = None,
+    team: Annotated[
+        str | None, typer.Option(help="Team label of the metrics (a team of the spec).")
+    ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Train a recipe with DDP on the cluster (embedded one by default); rank 0 logs epochs."""
+    from gpuspark.monitor.rank_settings import check_team
     from gpuspark.spec import load_spec
     from gpuspark.train import recipes
 
     spec_obj = load_spec(spec) if spec is not None else None  # before the dataset and torch
+    check_team(team, spec_obj)
     cfg = recipes.RecipeConfig(
         data=str(data),
         epochs=epochs,
@@ -91,6 +103,9 @@ def train(
         master=master,
         spec=spec_obj,
         local=local,
+        team=team,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     if json_out:
         print_json(summary.as_dict())

@@ -12,6 +12,7 @@ from gpuspark.launch.preflight import preflight
 from gpuspark.launch.request import LaunchRequest, make_request
 from gpuspark.launch.results import rank0_value, result_error, timeout_error
 from gpuspark.launch.spark import run_barrier
+from gpuspark.launch.targets import RunTargets
 
 __all__ = ["run", "run_request"]
 
@@ -22,34 +23,58 @@ def run_request(req: LaunchRequest, spark: Any = None, *, spec: Any = None) -> A
     On Spark: ``spark`` as given (a session or context), else a training session from
     :func:`gpuspark.cluster.session.job_session` on ``req.master`` or the spec's master (the
     embedded cluster is started for the run when none is running, and stopped after).
+
+    While it runs, the ranks' ``/metrics`` endpoints are listed in the Prometheus target file
+    ``<targets dir>/runs/<run_id>.json`` (:func:`gpuspark.monitor.targets_dir` of the spec),
+    removed when the run ends, however it ends.
     """
+    spec_obj = _monitoring_defaults(req, spec)
     if req.local:
-        return _attempts(req, None)
+        return _attempts(req, None, spec_obj)
     if spark is not None:
-        return _attempts(req, spark.sparkContext if hasattr(spark, "sparkContext") else spark)
+        sc = spark.sparkContext if hasattr(spark, "sparkContext") else spark
+        return _attempts(req, sc, spec_obj)
     from gpuspark.cluster.session import JobKind, job_session
 
     with job_session(JobKind.TRAINING, master=req.master, spec=spec) as session:
-        return _attempts(req, session.sparkContext)
+        return _attempts(req, session.sparkContext, spec_obj)
 
 
-def _attempts(req: LaunchRequest, sc: Any) -> Any:
+def _monitoring_defaults(req: LaunchRequest, spec: Any) -> Any:
+    """Check ``req.team`` and fill the metrics port/host from the spec; return the spec."""
+    from gpuspark.monitor.rank_settings import check_team
+    from gpuspark.spec import resolve_spec
+
+    spec_obj = resolve_spec(spec)
+    req.team = check_team(req.team, spec_obj) or None
+    if req.metrics_port is None:
+        req.metrics_port = int(spec_obj.monitoring.metrics_port)
+    req.metrics_host = req.metrics_host or str(spec_obj.monitoring.metrics_host)
+    return spec_obj
+
+
+def _attempts(req: LaunchRequest, sc: Any, spec: Any) -> Any:
+    from gpuspark.monitor import targets_dir
+
     run_id = uuid.uuid4().hex[:12]
     if sc is not None:
         req.master = req.master or str(sc.master)
         preflight(req, sc)
-    last: list[dict[str, Any]] = []
-    for attempt in range(req.max_attempts):
-        if attempt:
-            _note(f"retry {attempt} of {req.max_attempts - 1} after: {result_error(last, 1)}")
-        last = (
-            run_local(req, run_id, attempt) if sc is None else run_barrier(req, sc, run_id, attempt)
-        )
-        if all(r.get("ok") for r in last):
-            return rank0_value(last)
-        if any(r.get("stopped") == "timeout" for r in last):
-            raise timeout_error(req)
-    raise result_error(last, req.max_attempts)
+    with RunTargets(targets_dir(spec), run_id, req.num_processes) as targets:
+        last: list[dict[str, Any]] = []
+        for attempt in range(req.max_attempts):
+            if attempt:
+                _note(f"retry {attempt} of {req.max_attempts - 1} after: {result_error(last, 1)}")
+            last = (
+                run_local(req, run_id, attempt, targets.add)
+                if sc is None
+                else run_barrier(req, sc, run_id, attempt, targets.add)
+            )
+            if all(r.get("ok") for r in last):
+                return rank0_value(last)
+            if any(r.get("stopped") == "timeout" for r in last):
+                raise timeout_error(req)
+        raise result_error(last, req.max_attempts)
 
 
 def _note(text: str) -> None:
@@ -71,6 +96,9 @@ def run(
     max_attempts: int = 1,
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
+    team: str | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Run ``fn(*args, **kwargs)`` on ``num_processes`` ranks; return rank 0's return value.
@@ -84,7 +112,11 @@ def run(
 
     ``fn`` may be a script path (``str``); ``args`` are then its command-line arguments.
     ``max_restarts`` restarts failed ranks in place (read :func:`restart_count` to resume);
-    ``max_attempts`` reruns the whole stage. Raises :class:`LaunchError` before anything starts
+    ``max_attempts`` reruns the whole stage. ``team`` (one of the spec's ``[[teams]]``),
+    ``metrics_port`` (base port, rank's port = base + local rank; 0: off) and
+    ``metrics_host`` reach the ranks as ``GPUSPARK_TEAM`` / ``GPUSPARK_METRICS_PORT`` /
+    ``GPUSPARK_METRICS_HOST`` for :func:`gpuspark.monitor.exporter.serve` (unset: the spec's
+    ``[monitoring]``). Raises :class:`LaunchError` before anything starts
     when the cluster cannot run the job, and naming the failing rank and host when one fails.
     """
     req = make_request(
@@ -99,6 +131,9 @@ def run(
         max_attempts=max_attempts,
         timeout=timeout,
         env=env,
+        team=team,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
         **kwargs,
     )
     return run_request(req, spark, spec=spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpuspark.errors import LaunchError
@@ -11,8 +12,16 @@ from gpuspark.launch.request import LaunchRequest
 __all__ = ["run_local"]
 
 
-def run_local(req: LaunchRequest, run_id: str, attempt: int) -> list[dict[str, Any]]:
-    """Run one attempt of ``req`` here; return the agent's report (a list of one)."""
+def run_local(
+    req: LaunchRequest,
+    run_id: str,
+    attempt: int,
+    on_metrics: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run one attempt of ``req`` here; return the agent's report (a list of one).
+
+    ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it.
+    """
     import torch.distributed.launcher.api  # noqa: F401  (imported once here, not per fork)
 
     from gpuspark.launch._internal.agent import TaskSpec, free_port, run_task
@@ -24,7 +33,7 @@ def run_local(req: LaunchRequest, run_id: str, attempt: int) -> list[dict[str, A
     if backend == "nccl":
         _check_local_gpus(req)
     env = rank_env(req, run_id, attempt, backend)
-    sink = PrintSink()
+    sink = PrintSink(on_metrics=on_metrics)
     if attempt == 0:
         sink.write(f"[gpuspark] backend {backend} ({why}); {req.num_processes} local ranks")
     spec = TaskSpec(

@@ -45,13 +45,24 @@ def cuda_available() -> bool:
 
 
 def rank_env(req: LaunchRequest, run_id: str, attempt: int, backend: str) -> dict[str, str]:
-    """The ``GPUSPARK_*`` variables of every rank of this attempt, then the request's ``env``."""
+    """The ``GPUSPARK_*`` variables of every rank of this attempt, then the request's ``env``.
+
+    Run id, attempt, backend, and the metrics settings (``GPUSPARK_TEAM``,
+    ``GPUSPARK_METRICS_PORT``, ``GPUSPARK_METRICS_HOST``) that
+    :func:`gpuspark.monitor.exporter.serve` reads in the rank.
+    """
     env = {
         "GPUSPARK_RUN_ID": run_id,
         "GPUSPARK_ATTEMPT": str(attempt),
         "GPUSPARK_BACKEND": backend,
         "PYTHONUNBUFFERED": "1",
     }
+    if req.team:
+        env["GPUSPARK_TEAM"] = req.team
+    if req.metrics_port is not None:
+        env["GPUSPARK_METRICS_PORT"] = str(req.metrics_port)
+    if req.metrics_host:
+        env["GPUSPARK_METRICS_HOST"] = req.metrics_host
     env.update({str(k): str(v) for k, v in req.env.items()})
     return env
 

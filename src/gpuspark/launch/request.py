@@ -45,6 +45,13 @@ class LaunchRequest:
     """Seconds per attempt (all ranks are stopped when it runs out), or None."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment of every rank."""
+    team: str | None = None
+    """Team label of the ranks' metrics (one of the spec's ``[[teams]]``)."""
+    metrics_port: int | None = None
+    """Base port of the ranks' ``/metrics`` (rank's port = base + local rank; 0: off);
+    ``None``: the spec's ``[monitoring] metrics_port``."""
+    metrics_host: str | None = None
+    """Address the ranks' ``/metrics`` bind to; ``None``: the spec's ``metrics_host``."""
     function: str | None = None
     """Name of the function (function mode)."""
     payload: bytes | None = field(default=None, repr=False)
@@ -107,8 +114,18 @@ class LaunchRequest:
                 f"barrier stage: {self.num_tasks} tasks, task resource profile cpus=1 gpu={gpu}"
             )
         lines.append("per node: " + self._torchrun_line())
+        if self.metrics_port is not None or self.team:
+            lines.append(self._metrics_line())
         lines += [f"env: {k}={v}" for k, v in sorted(self.env.items())]
         return "\n".join(lines)
+
+    def _metrics_line(self) -> str:
+        if self.metrics_port == 0:
+            where = "off"
+        else:
+            base = "spec" if self.metrics_port is None else str(self.metrics_port)
+            where = f"{self.metrics_host or 'spec host'}:{base}+local_rank"
+        return f"metrics: {where} team={self.team or '-'}"
 
     def _torchrun_line(self) -> str:
         parts = ["torchrun", f"--nnodes={self.num_tasks}", f"--nproc-per-node={self.per_task}"]
@@ -165,6 +182,14 @@ def _check_shape(req: LaunchRequest) -> None:
         )
     if (req.payload is None) == (req.script is None):
         raise LaunchError("a launch needs exactly one of a function or a script")
+    _check_metrics_port(req.metrics_port)
+
+
+def _check_metrics_port(port: object) -> None:
+    if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
+        raise LaunchError(
+            f"metrics_port={port!r} is not a port", remedy="use 0 to 65535 (0: metrics off)"
+        )
 
 
 def make_request(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from gpuspark.launch.preflight import executor_capacity
@@ -98,8 +99,17 @@ def _driver_host(sc: Any) -> str:
     return str(sc.getConf().get("spark.driver.host", "127.0.0.1"))
 
 
-def run_barrier(req: LaunchRequest, sc: Any, run_id: str, attempt: int) -> list[dict]:
-    """Run one attempt of ``req`` as a barrier stage on ``sc``; return the tasks' reports."""
+def run_barrier(
+    req: LaunchRequest,
+    sc: Any,
+    run_id: str,
+    attempt: int,
+    on_metrics: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict]:
+    """Run one attempt of ``req`` as a barrier stage on ``sc``; return the tasks' reports.
+
+    ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it.
+    """
     import functools
 
     from gpuspark.launch._internal.logs import LogServer
@@ -108,6 +118,7 @@ def run_barrier(req: LaunchRequest, sc: Any, run_id: str, attempt: int) -> list[
     server = LogServer(token, host=_driver_host(sc))
     server.on_failure = lambda _rec: server.abort("a rank failed")
     server.show_info = attempt == 0
+    server.on_metrics = on_metrics
     tag = f"gpuspark-launch-{run_id}-{attempt}"
     timers = _timers(req.timeout, server, sc, tag)
     body = functools.partial(_barrier_partition, req, run_id, attempt, (*server.address, token))

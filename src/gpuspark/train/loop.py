@@ -8,6 +8,10 @@ optimizer step is split into
 - **exposed communication**: all-reduce time not hidden behind backward (from the hook meter);
 - **optimizer**: ``optimizer.step()`` + ``zero_grad``.
 
+Each rank also serves Prometheus metrics (:func:`gpuspark.monitor.exporter.serve`, on by
+default; ``FitConfig.metrics_port=0`` turns it off): samples, steps, step duration, the phase
+breakdown above, gradient bytes, loss, learning rate, epoch, last-step time, loader counters.
+
 Resume is exact: model, optimizer, scheduler, scaler, per-rank RNG and PowerSGD state come from
 the checkpoint, and the loader is put back at the same batch (its ``load_state_dict`` when it
 has one, else by replaying the epoch's order and skipping the batches already used).
@@ -16,6 +20,7 @@ has one, else by replaying the epoch's order and skipping the batches already us
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -26,6 +31,11 @@ from gpuspark.train import checkpoint as ckpt
 from gpuspark.train import metrics as mx
 
 __all__ = ["FitConfig", "fit", "to_device"]
+
+log = logging.getLogger(__name__)
+
+_SAMPLE_EVERY = 20
+"""Optimizer steps between two reads of the loader's totals and CUDA memory (and at epoch end)."""
 
 
 @dataclass
@@ -52,6 +62,16 @@ class FitConfig:
     """The options that shape the model (JSON-like); recorded in each checkpoint, and a
     resume from a checkpoint recorded with other values is refused naming the fields."""
     extra: dict[str, Any] = field(default_factory=dict)
+    metrics_port: int | None = None
+    """Base port of this rank's Prometheus ``/metrics`` (rank's port = base + local rank);
+    ``None``: the launcher's ``GPUSPARK_METRICS_PORT``, the spec's ``[monitoring]
+    metrics_port``, else 9700; ``0``: no metrics."""
+    metrics_host: str | None = None
+    """Address ``/metrics`` binds to (``None``: environment, spec, else 127.0.0.1)."""
+    team: str | None = None
+    """``team`` label of the metrics (``None``: ``GPUSPARK_TEAM``, else none)."""
+    run_id: str | None = None
+    """``run_id`` label (``None``: the launcher's ``GPUSPARK_RUN_ID``, else one per process)."""
 
 
 def to_device(batch: Any, device: Any) -> tuple[Any, Any]:
@@ -168,6 +188,8 @@ def fit(
             loader_state = res.loader_state
             history = list(res.extra.get("history", []))
     state = _State(model, optimizer, loss_fn, cfg, dataset, scheduler, scaler, meter, device)
+    state.rm = _serve_metrics(cfg, model)
+    state.loader_stats = getattr(loader, "stats", None)
     state.global_step = global_step
     state.history = history
     state.on_step = on_step
@@ -186,6 +208,33 @@ def fit(
             mx.emit(m)
         state.checkpoint(epoch + 1, 0)
     return history
+
+
+def _serve_metrics(cfg: FitConfig, model: Any) -> Any:
+    """Start (or reuse) this rank's exporter; a failure is logged, training goes on."""
+    from gpuspark.monitor.exporter import serve
+
+    try:
+        rm = serve(cfg.metrics_port, cfg.metrics_host, run_id=cfg.run_id, team=cfg.team)
+    except Exception as exc:  # metrics must never stop training
+        log.warning("training metrics are off: %s", exc)
+        return None
+    if rm is None:
+        return None
+    rank, world = _rank()
+    info = model.gpuspark_info
+    recipe = str((cfg.model_config or {}).get("recipe", ""))
+    rm.describe(world_size=world, recipe=recipe, backend=_backend(), device=str(info.device.type))
+    if rank == 0 and not rm.announced and cfg.log is not None:
+        rm.announced = True
+        cfg.log(f"metrics: {rm.url}" + (" (rank r: port + local rank)" if world > 1 else ""))
+    return rm
+
+
+def _backend() -> str:
+    import torch.distributed as dist
+
+    return str(dist.get_backend()) if dist.is_initialized() else "none"
 
 
 def _prime_buckets(model: Any, optimizer: Any, loss_fn: Any, loader: Any, transform: Any) -> None:
@@ -232,6 +281,12 @@ class _State:
         self.on_step: Callable[[int], None] | None = None
         self.transform: Callable[[Any, Any], tuple[Any, Any]] | None = None
         self.t_epoch = 0.0
+        self.rm: Any = None
+        """This rank's :class:`~gpuspark.monitor.exporter.RankMetrics`, or ``None``."""
+        self.loader_stats: Callable[[], dict[str, Any]] | None = None
+        self._mark: tuple[float, int, float, float, float, float] = (0.0, 0, 0.0, 0.0, 0.0, 0.0)
+        self._comm: Any = None
+        self._loss = 0.0
 
     # -- epoch ------------------------------------------------------------------------------
     def run_epoch(self, loader: Any, epoch: int, skip_steps: int, loader_state: Any) -> _Acc:
@@ -246,6 +301,7 @@ class _State:
         acc = _Acc(comm_first=len(self.meter.steps))
         self.step_in_epoch = skip_steps
         self.t_epoch = self.sync()
+        self._mark = (self.t_epoch, 0, 0.0, 0.0, 0.0, 0.0)
         it = iter(loader)
         for _ in range(skip_micro):
             next(it)
@@ -262,8 +318,12 @@ class _State:
             self._micro_step(batch, last, acc)
             if last:
                 self._optimizer_step(acc)
+                if self.rm is not None:
+                    self._feed(acc, epoch)
                 self._after_step(epoch)
         acc.seconds = self.sync() - self.t_epoch
+        if self.rm is not None:
+            self._sample()
         return acc
 
     def _micro_step(self, batch: Any, last: bool, acc: _Acc) -> None:
@@ -285,10 +345,13 @@ class _State:
                 scaled = self.scaler.scale(scaled)
             scaled.backward()
         t1 = self.sync()
-        exposed = self.meter.end_step().exposed_s if last else 0.0
+        if last:
+            self._comm = self.meter.end_step()
+        exposed = self._comm.exposed_s if last else 0.0
         acc.compute += max(0.0, (t1 - t0) - exposed)
         acc.comm += exposed
-        acc.loss_sum += float(loss.detach()) * int(x.shape[0])
+        self._loss = float(loss.detach())
+        acc.loss_sum += self._loss * int(x.shape[0])
         acc.loss_n += int(x.shape[0])
         acc.samples += int(x.shape[0])
 
@@ -313,6 +376,40 @@ class _State:
             self.checkpoint(epoch, self.step_in_epoch)
         if self.on_step is not None:
             self.on_step(self.global_step)
+
+    # -- metrics ----------------------------------------------------------------------------
+    def _feed(self, acc: _Acc, epoch: int) -> None:
+        """Hand this optimizer step to the exporter: deltas of the epoch sums since the last."""
+        now = time.perf_counter()
+        t, samples, data, compute, comm, opt = self._mark
+        self._mark = (now, acc.samples, acc.data, acc.compute, acc.comm, acc.opt)
+        phases = {
+            "data_wait": acc.data - data,
+            "compute": acc.compute - compute,
+            "comm": acc.comm - comm,
+            "optimizer": acc.opt - opt,
+        }
+        c = self._comm
+        self.rm.step(
+            acc.samples - samples,
+            now - t,
+            phases,
+            c.bytes_sent if c is not None else 0,
+            c.bytes_raw if c is not None else 0,
+            self._loss,
+            float(self.optimizer.param_groups[0]["lr"]),
+            epoch,
+        )
+        if acc.steps % _SAMPLE_EVERY == 0:
+            self._sample()
+
+    def _sample(self) -> None:
+        """The slower figures: loader totals and CUDA memory."""
+        if self.loader_stats is not None:
+            with contextlib.suppress(Exception):
+                self.rm.loader(self.loader_stats())
+        if self.sync.cuda:
+            self.rm.cuda_memory(self.device)
 
     # -- bookkeeping ------------------------------------------------------------------------
     def checkpoint(self, epoch: int, step_in_epoch: int) -> None:

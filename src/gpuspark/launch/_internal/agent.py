@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuspark.launch._internal.worker import set_parent_death_signal
+from gpuspark.monitor.rank_settings import endpoint_rank, read_endpoint
 
 __all__ = ["Sink", "TaskSpec", "free_port", "run_task"]
 
@@ -68,7 +69,8 @@ class Sink(Protocol):
         """One line a rank printed."""
 
     def notice(self, kind: str, payload: dict[str, Any]) -> None:
-        """A structured event: ``"failed"`` (a failure report) or ``"info"``."""
+        """A structured event: ``"failed"`` (a failure report), ``"metrics"`` (a rank's
+        ``/metrics`` endpoint) or ``"info"``."""
 
     def aborted(self) -> bool:
         """True once the driver asked every task to stop."""
@@ -205,12 +207,20 @@ def _agent_process(spec: TaskSpec, log_dir: str, parent: int) -> None:
 
 
 class _Tailer(threading.Thread):
-    """Follow ``rank-*.log`` files; hand complete lines to the sink; keep the last lines."""
+    """Follow ``rank-*.log`` files; hand complete lines to the sink; keep the last lines.
 
-    def __init__(self, log_dir: str, sink: Sink) -> None:
+    Also forwards each rank's metrics endpoint file (``rank-<r>.metrics.json``, written by
+    :func:`gpuspark.monitor.exporter.serve`) to the sink as a ``"metrics"`` notice, again
+    whenever a restarted rank rewrites it.
+    """
+
+    def __init__(self, log_dir: str, sink: Sink, address: str = "127.0.0.1") -> None:
         super().__init__(name="gpuspark-tail", daemon=True)
         self.log_dir = log_dir
         self.sink = sink
+        self.address = address
+        """How other hosts reach this task's host (used when a rank bound every address)."""
+        self._endpoints: dict[str, tuple[int, int]] = {}
         self.tails: dict[int, collections.deque[str]] = {}
         self._offsets: dict[str, int] = {}
         self._partial: dict[str, bytes] = {}
@@ -232,13 +242,32 @@ class _Tailer(threading.Thread):
 
     def poll(self) -> None:
         try:
-            names = sorted(
-                n for n in os.listdir(self.log_dir) if n.startswith("rank-") and n.endswith(".log")
-            )
+            entries = sorted(os.listdir(self.log_dir))
         except FileNotFoundError:
             return
-        for name in names:
-            self._read(name)
+        for name in entries:
+            if name.startswith("rank-") and name.endswith(".log"):
+                self._read(name)
+            elif endpoint_rank(name) is not None:
+                self._endpoint(name)
+
+    def _endpoint(self, name: str) -> None:
+        path = os.path.join(self.log_dir, name)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return
+        stamp = (st.st_mtime_ns, st.st_ino)
+        if self._endpoints.get(name) == stamp:
+            return
+        self._endpoints[name] = stamp
+        data = read_endpoint(path)
+        if data is None:
+            return
+        bind = str(data.get("bind") or "")
+        data["address"] = self.address if bind in ("", "0.0.0.0", "::") else bind
+        with contextlib.suppress(Exception):
+            self.sink.notice("metrics", data)
 
     def _read(self, name: str) -> None:
         offset = self._offsets.get(name, 0)
@@ -375,7 +404,7 @@ def run_task(spec: TaskSpec, sink: Sink, timeout: float | None = None) -> dict[s
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child, which ends with os._exit
         _agent_process(spec, log_dir, parent)
-    tailer = _Tailer(log_dir, sink)
+    tailer = _Tailer(log_dir, sink, spec.local_addr)
     tailer.start()
     status, why = -1, None
     try:

@@ -6,7 +6,8 @@ failure report, and listens for ``ABORT`` (sent to every task as soon as one fai
 timeout) so healthy ranks do not wait for peers that are gone.
 
 Protocol, one UTF-8 line per message: task -> driver ``HELLO <token> <task>``,
-``L <rank> <text>``, ``N <kind> <json>``; driver -> task ``ABORT``.
+``L <rank> <text>``, ``N <kind> <json>`` (kind ``failed``, ``info`` or ``metrics``: a rank's
+``/metrics`` endpoint); driver -> task ``ABORT``.
 """
 
 from __future__ import annotations
@@ -35,14 +36,22 @@ def _write_stdout(text: str) -> None:
 class PrintSink:
     """Local mode: lines go straight to this process's stdout."""
 
-    def __init__(self, write: Callable[[str], None] = _write_stdout) -> None:
+    def __init__(
+        self,
+        write: Callable[[str], None] = _write_stdout,
+        on_metrics: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.write = write
+        self.on_metrics = on_metrics
         self.notices: list[tuple[str, dict[str, Any]]] = []
 
     def line(self, rank: int, text: str) -> None:
         self.write(format_line(rank, text))
 
     def notice(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind == "metrics" and self.on_metrics is not None:
+            self.on_metrics(payload)
+            return
         self.notices.append((kind, payload))
 
     def aborted(self) -> bool:
@@ -62,6 +71,8 @@ class LogServer:
         self.token = token
         self.write = write
         self.on_failure = on_failure
+        self.on_metrics: Callable[[dict[str, Any]], None] | None = None
+        """Called with each rank's ``/metrics`` endpoint (``N metrics {...}``)."""
         self.show_info = True
         self.failures: list[dict[str, Any]] = []
         self.infos: list[dict[str, Any]] = []
@@ -125,6 +136,10 @@ class LogServer:
                 self.failures.append(payload)
                 if self.on_failure is not None:
                     self.on_failure(payload)
+            elif what == "metrics":
+                if self.on_metrics is not None:
+                    with contextlib.suppress(Exception):  # target files never fail a launch
+                        self.on_metrics(payload)
             else:
                 self.infos.append(payload)
                 if self.show_info and len(self.infos) == 1:

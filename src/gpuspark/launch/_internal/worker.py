@@ -71,6 +71,8 @@ def _setup(log_dir: str) -> None:
     if agent and os.getppid() != int(agent):  # the agent died before we could follow it
         os._exit(1)
     _redirect_output(log_dir)
+    # Where gpuspark.monitor.serve() drops the endpoint it bound; the task forwards it.
+    os.environ["GPUSPARK_RANK_DIR"] = log_dir
 
 
 def _record_failure(log_dir: str, exc: BaseException) -> None:

@@ -306,6 +306,9 @@ def run(
     local: bool = False,
     timeout: float | None = None,
     env: dict[str, str] | None = None,
+    team: str | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
 ) -> TrainSummary:
     """Launch :func:`train` on ``num_processes`` ranks and return rank 0's summary.
 
@@ -314,9 +317,14 @@ def run(
     (the embedded cluster by default, started for the job when none runs; see
     :func:`gpuspark.cluster.session.job_session`); with ``local=True`` they are plain
     processes of this machine.
+
+    Every rank serves Prometheus metrics on ``metrics_port + local rank`` (default: the
+    spec's ``[monitoring]``; 0: off), labelled with ``team`` (one of the spec's ``[[teams]]``).
     """
     from gpuspark import launch
+    from gpuspark.monitor.rank_settings import check_team
 
+    check_team(team, spec)  # before the dataset, the cluster and any rank
     cfg = resolve_paths(cfg)
     recipe = preflight(name, cfg, num_processes=num_processes)
     kwargs: dict[str, Any] = {
@@ -324,6 +332,9 @@ def run(
         "gpus_per_process": gpus_per_process,
         "timeout": timeout,
         "env": env,
+        "team": team,
+        "metrics_port": metrics_port,
+        "metrics_host": metrics_host,
     }
     if local:
         return launch.run(train, recipe.name, cfg, local=True, **kwargs)
