@@ -88,8 +88,13 @@ def test_up_status_down(mon_dir: Path) -> None:
     assert off.exit_code == 0 and "not running" in off.output
 
 
-def test_missing_prometheus_is_one_line(mon_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_prometheus_is_one_line(
+    mon_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuspark.cli.main import main
+
     monkeypatch.setenv("PATH", str(mon_dir))  # no prometheus on PATH
-    res = runner.invoke(app, ["monitor", "up"])
-    assert res.exit_code == 1
-    assert "prometheus is not installed" in res.output and "Traceback" not in res.output
+    assert main(["monitor", "up"]) == 1
+    err = capsys.readouterr().err
+    assert "prometheus is not installed" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err

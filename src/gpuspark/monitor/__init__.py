@@ -10,9 +10,11 @@ from __future__ import annotations
 from gpuspark.monitor.alertmanager import alertmanager_yml
 from gpuspark.monitor.dashboards import dashboard_expressions, render_dashboards
 from gpuspark.monitor.discovery import list_targets, remove_targets, write_targets
+from gpuspark.monitor.exporter import RankMetrics, current, serve
 from gpuspark.monitor.local import MonitorState, down, running, status, up
 from gpuspark.monitor.paths import monitor_dir, targets_dir
 from gpuspark.monitor.prometheus import EmbeddedScrape, prometheus_yml
+from gpuspark.monitor.rank_settings import check_team
 from gpuspark.monitor.render import render_monitoring, runbook_text, write_monitoring
 from gpuspark.monitor.rule_tests import alert_rule_tests
 from gpuspark.monitor.rules import ALERTS, AlertInfo, alert_rules, rule_expressions
@@ -23,10 +25,13 @@ __all__ = [
     "AlertInfo",
     "EmbeddedScrape",
     "MonitorState",
+    "RankMetrics",
     "RankRow",
     "alert_rule_tests",
     "alert_rules",
     "alertmanager_yml",
+    "check_team",
+    "current",
     "dashboard_expressions",
     "down",
     "from_endpoints",
@@ -40,6 +45,7 @@ __all__ = [
     "rule_expressions",
     "runbook_text",
     "running",
+    "serve",
     "status",
     "targets_dir",
     "up",
