@@ -228,16 +228,25 @@ def collect(
 
 # -- rendering -------------------------------------------------------------------------------
 
-_COLOURS = {"data_wait": "red", "compute": "green", "comm": "yellow", "optimizer": "blue"}
+_STYLE = {  # phase -> (glyph, colour): the glyphs tell phases apart without colour too
+    "data_wait": ("░", "red"),
+    "compute": ("█", "green"),
+    "comm": ("▓", "yellow"),
+    "optimizer": ("▒", "blue"),
+}
+_BAR = 20
 
 
-def _bar(phases: dict[str, float], width: int = 24) -> Any:
+def _bar(phases: dict[str, float], width: int = _BAR) -> Any:
     from rich.text import Text
 
-    text = Text()
+    text, done, share = Text(), 0, 0.0
     for phase in n.PHASES:
-        cells = round(phases.get(phase, 0.0) * width)
-        text.append("█" * cells, style=_COLOURS[phase])
+        glyph, colour = _STYLE[phase]
+        share += phases.get(phase, 0.0)
+        cells = min(width, round(share * width)) - done  # cumulative: never wider than width
+        text.append(glyph * cells, style=colour)
+        done += cells
     return text
 
 
@@ -270,7 +279,7 @@ def render(rows: list[RankRow], source: str) -> Any:
             [_fmt(r.gpu_util_pct, ".0f", "%"), _fmt(r.gpu_memory_pct, ".0f", "%")] if gpu else []
         )
         table.add_row(*cells)
-    legend = "  ".join(f"[{c}]█[/{c}] {p}" for p, c in _COLOURS.items())
+    legend = "  ".join(f"[{c}]{g}[/{c}] {p}" for p, (g, c) in _STYLE.items())
     table.caption = legend
     return table
 
