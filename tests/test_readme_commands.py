@@ -24,7 +24,7 @@ The convention (README, "Development"):
   ``$ `` lines); Python blocks run as a script with that interpreter. Any embedded cluster a
   section left running is stopped with ``gpuspark cluster down`` (same environment: only the
   cluster this test started). A section using Spark carries the ``spark`` marker.
-- Statically, for every block (run or not), every inline ```gpuspark ...``` span and the
+- Statically, for every block (run or not), every inline ``gpuspark ...`` code span and the
   ``make`` lines: the sub-command exists and each ``-o``/``--option`` it uses exists on that
   command (resolved on the Click command of ``gpuspark.cli.main.app``; nothing executes);
   ``make`` targets exist in the Makefile; Python blocks compile.
@@ -212,7 +212,7 @@ def cli_problems(words: list[str], *, complete: bool) -> list[str]:
     for word in words[1:]:
         if word == "--":
             break
-        if word.startswith("-") and len(word) > 1 and word != "-":
+        if re.match(r"--?[A-Za-z]", word):
             name = word.split("=", 1)[0]
             if name not in _options_of(command):
                 return [f"'{' '.join(path)}' has no option {name}"]
