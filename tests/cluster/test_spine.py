@@ -1,5 +1,8 @@
 """The spec drives every running job through one session path (real embedded clusters).
 
+(The README's quickstart runs exactly as written in tests/test_readme_commands.py, with its
+checks: 2 ranks, simulated slots, one driver log per Spark command, no wasted-resources warning.)
+
 Each test runs the ``gpuspark`` command as a user would, in its own state directory, so the
 clusters here are separate from the shared test cluster.
 """
@@ -10,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -26,20 +28,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ROOT = Path(__file__).resolve().parents[2]
 WASTED = "will result in wasted resources"
 
-DDP_SCRIPT = textwrap.dedent(
-    """
-    import os
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group(os.environ.get("GPUSPARK_BACKEND", "gloo"))
-    t = torch.ones(1) * (dist.get_rank() + 1)
-    dist.all_reduce(t)
-    print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t.item())}", flush=True)
-    dist.destroy_process_group()
-    """
-)
-
 
 def _ok(proc: subprocess.CompletedProcess) -> str:
     out = proc.stdout + proc.stderr
@@ -48,61 +36,8 @@ def _ok(proc: subprocess.CompletedProcess) -> str:
     return out
 
 
-def _driver_logs_clean(state: Path, expected: int) -> None:
-    """Every command's full driver log (INFO and up, a file each) is free of the warning."""
-    logs = sorted((state / "driver-logs").glob("driver-*.log"))
-    assert len(logs) == expected, [p.name for p in logs]
-    for log in logs:
-        text = log.read_text()
-        assert " WARN " in text or " INFO " in text  # the file gets Spark's log
-        assert WASTED not in text, log
-
-
 def _down(cli: Any, tmp_path: Path, state: Path) -> None:
     cli("cluster", "down", cwd=tmp_path, state=state, timeout=60)
-
-
-def _readme_block(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index(f"## {title}") :]
-    start = section.index("```bash\n") + len("```bash\n")
-    return section[start : section.index("\n```\n", start)]
-
-
-def test_readme_quickstart_runs_exactly_as_written(tmp_path: Path) -> None:
-    """README "Quickstart on this machine": cluster up -> launch -n 2 (GPU ranks, CPU ranks) ->
-    a data job -> cluster down -> launch with no cluster running (starts one, stops it)."""
-    from gpuspark.cluster.local import LocalCluster
-
-    block = _readme_block("Quickstart on this machine")
-    assert "gpuspark cluster up" in block and "--gpus-per-process 0" in block
-    state = tmp_path / "state"
-    env = {**os.environ, "GPUSPARK_STATE_DIR": str(state), "PYSPARK_PYTHON": sys.executable}
-    env["GPUSPARK_LOG_DIR"] = str(state / "driver-logs")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env.pop("GPUSPARK_SPEC", None)
-    script = "set -euo pipefail\n" + block
-    try:
-        proc = subprocess.run(
-            ["bash", "-c", script],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=540,
-        )
-    finally:
-        leftover = LocalCluster.running(state)
-        if leftover is not None:
-            leftover.stop()
-    out = _ok(proc)
-    assert out.count("rank 0 of 2: sum 3") == 3 and out.count("rank 1 of 2: sum 3") == 3
-    assert "simulated" in out
-    assert "starting one for this job" in out  # the last launch, with no cluster running
-    assert leftover is None  # ... and it stopped the cluster it started
-    assert (tmp_path / "data" / "img-shards" / "manifest.json").exists()
-    # 3 launches (training sessions) + 1 prep (data session): each its own driver log
-    _driver_logs_clean(state, expected=4)
 
 
 def _rendezvous_probe(root: str, expected: int) -> Any:
