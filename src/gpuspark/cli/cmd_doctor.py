@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, echo, print_json, print_table
 from gpuspark.cli.cmd_doctor_logs import logs
 
 doctor_app = typer.Typer(
@@ -11,6 +14,45 @@ doctor_app = typer.Typer(
     invoke_without_command=True,
 )
 doctor_app.command("logs")(logs)
+
+_STYLE = {
+    "ok": "[green]ok[/]",
+    "warning": "[yellow]warning[/]",
+    "failure": "[bold red]FAILURE[/]",
+    "skipped": "[dim]skipped[/]",
+    "info": "[cyan]info[/]",
+}
+
+
+@doctor_app.callback()
+def doctor(
+    ctx: typer.Context,
+    spec: SpecOpt = None,
+    master: MasterOpt = None,
+    probe: Annotated[
+        bool, typer.Option("--probe", help="Also time an allreduce over the cluster (busbw).")
+    ] = False,
+    world_size: Annotated[
+        int | None,
+        typer.Option("--world-size", min=1, help="Ranks (whole GPUs) a training job will ask."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check Java, pyspark, GPUs, network, the master, workers, executors' Python, GPU slots
+    and training capacity; each check says ok / warning / failure, its evidence and the fix.
+    Exit code 1 when any check fails."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from gpuspark.doctor.live import run_checks
+
+    report = run_checks(spec=spec, master=master, probe=probe, world_size=world_size)
+    if json_out:
+        print_json(report.as_dict())
+    else:
+        rows = [(c.name, _STYLE[c.status.value], c.evidence, c.fix) for c in report.checks]
+        print_table("gpuspark doctor", ["check", "status", "evidence", "fix"], rows)
+        echo(report.summary())
+    raise typer.Exit(report.exit_code)
 
 
 def register(app: typer.Typer) -> None:

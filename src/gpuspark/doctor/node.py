@@ -1,0 +1,325 @@
+"""Checks of this node: Java, pyspark, the NVIDIA stack, InfiniBand ports, NCCL's environment.
+
+Each ``*_check`` function takes plain values (a tool's output, an environment) and returns
+checks, so it is tested without the tool; :func:`node_checks` gathers the values here. A tool
+that is not installed gives a "skipped: install X" check, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from gpuspark.doctor.parsers import (
+    GpuHealth,
+    IbPort,
+    SmiSummary,
+    parse_ibstat,
+    parse_nvidia_smi,
+    parse_nvidia_smi_q,
+)
+from gpuspark.doctor.report import Check, failure, info, ok, skipped, warning
+
+if TYPE_CHECKING:
+    from gpuspark.spec import ClusterSpec
+
+__all__ = [
+    "MIN_JAVA",
+    "cuda_check",
+    "ecc_checks",
+    "gpu_stack_checks",
+    "ibstat_checks",
+    "java_check",
+    "nccl_env_checks",
+    "node_checks",
+    "pyspark_check",
+    "tool_output",
+]
+
+MIN_JAVA = 17
+"""Spark 4 runs on Java 17 or 21."""
+_JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
+
+
+def tool_output(args: Sequence[str], timeout: float = 20.0) -> str | None:
+    """stdout of a command, or ``None`` when it is not installed, fails or hangs."""
+    exe = shutil.which(args[0])
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, *args[1:]], capture_output=True, text=True, timeout=timeout, check=True
+        )
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return out.stdout or out.stderr
+
+
+def java_check(version_text: str | None) -> Check:
+    """``java -version`` output (``None``: no java) -> ok when Java >= 17."""
+    name = "Java"
+    if version_text is None:
+        return failure(name, "no `java` on PATH", f"install a JDK {MIN_JAVA} or 21, set JAVA_HOME")
+    found = _JAVA_VERSION.search(version_text)
+    if found is None:
+        return warning(name, f"cannot read {version_text.strip()[:60]!r}", "check `java -version`")
+    major = int(found.group(1))
+    if major == 1 and found.group(2):  # Java 8 says "1.8.0_392"
+        major = int(found.group(2))
+    line = version_text.strip().splitlines()[0]
+    if major < MIN_JAVA:
+        return failure(name, line, f"Spark 4 needs Java {MIN_JAVA}+: install JDK 17 or 21")
+    return ok(name, line)
+
+
+def pyspark_check() -> Check:
+    """pyspark importable (found without importing it), and its version."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return failure("pyspark", "not importable", "pip install 'pyspark>=4,<5'")
+    try:
+        version = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown version"
+    return ok("pyspark", f"pyspark {version}")
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    found = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def cuda_check(driver_cuda: str | None, torch_cuda: str | None, where: str) -> Check:
+    """The CUDA a torch build needs vs the newest CUDA the driver supports."""
+    name = f"CUDA ({where})"
+    if torch_cuda is None:
+        return failure(
+            name,
+            f"torch on {where} is a CPU build, on a node with NVIDIA GPUs",
+            "install a CUDA build of torch (pip install torch --index-url "
+            "https://download.pytorch.org/whl/cu121 or the cuXXX the driver supports)",
+        )
+    need, have = _major_minor(torch_cuda), _major_minor(driver_cuda)
+    if need is None or have is None:
+        return warning(name, f"torch CUDA {torch_cuda}, driver CUDA {driver_cuda}", "")
+    evidence = f"torch built for CUDA {torch_cuda}; the driver supports up to {driver_cuda}"
+    if need[0] > have[0]:
+        return failure(
+            name,
+            evidence,
+            f"upgrade the NVIDIA driver, or install a torch built for CUDA {have[0]}.x",
+        )
+    if need > have:
+        return warning(
+            name,
+            evidence + " (minor-version compatibility only)",
+            "upgrade the driver if kernels fail with 'no kernel image' or PTX errors",
+        )
+    return ok(name, evidence)
+
+
+def ecc_checks(gpus: Sequence[GpuHealth]) -> list[Check]:
+    """Memory-error state of each GPU from ``nvidia-smi -q``."""
+    checks: list[Check] = []
+    for g in gpus:
+        name = f"GPU memory errors ({g.bus_id})"
+        if g.remap_failure:
+            checks.append(
+                failure(
+                    name,
+                    "Remapped Rows: Remapping Failure Occurred: Yes",
+                    "drain the node; run NVIDIA's field diagnostic (RMA check)",
+                )
+            )
+        elif g.remap_pending or g.retired_pending:
+            what = "row remapping" if g.remap_pending else "page retirement"
+            checks.append(
+                warning(
+                    name,
+                    f"{what} pending",
+                    "reset the GPU (nvidia-smi -r) or "
+                    "reboot when it is idle, so the remap takes effect",
+                )
+            )
+        elif g.volatile_uncorrectable:
+            checks.append(
+                warning(
+                    name,
+                    f"{g.volatile_uncorrectable} uncorrectable ECC errors since the driver loaded",
+                    "the last job's results on this "
+                    "GPU are suspect: check XIDs in dmesg (48, 63, 64, 94, 95)",
+                )
+            )
+        else:
+            checks.append(ok(name, "no uncorrectable ECC errors, no pending remap"))
+    return checks
+
+
+def gpu_stack_checks(
+    smi: SmiSummary | None, torch_cuda: str | None, q_text: str | None = None
+) -> list[Check]:
+    """Driver, CUDA vs torch on this node, ECC state. ``smi`` ``None``: no ``nvidia-smi``."""
+    if smi is None:
+        return [info("GPU stack", "no GPU on this node (no nvidia-smi): training uses gloo on CPU")]
+    gpus = ", ".join(smi.gpus) or "no GPU listed"
+    checks = [
+        ok("NVIDIA driver", f"driver {smi.driver_version}, CUDA {smi.cuda_version}: {gpus}"),
+        cuda_check(smi.cuda_version, torch_cuda, "driver"),
+    ]
+    if q_text is None:
+        checks.append(skipped("GPU memory errors", "nvidia-smi -q gave no output"))
+    else:
+        checks += ecc_checks(parse_nvidia_smi_q(q_text)[2])
+    return checks
+
+
+def ibstat_checks(ports: Sequence[IbPort] | None, spec_gbps: float, spec_kind: str) -> list[Check]:
+    """Every port Active/LinkUp and as fast as the spec's compute network. ``None``: no ibstat."""
+    if ports is None:
+        if spec_kind == "infiniband":
+            return [
+                skipped(
+                    "InfiniBand ports",
+                    "no ibstat on this node",
+                    "install infiniband-diags (apt) / infiniband-diags (dnf)",
+                )
+            ]
+        return [info("InfiniBand ports", "no ibstat; the spec's compute network is ethernet")]
+    if not ports:
+        return [warning("InfiniBand ports", "ibstat lists no port", "check the HCA driver")]
+    return [_port_check(p, spec_gbps) for p in ports]
+
+
+def _port_check(p: IbPort, spec_gbps: float) -> Check:
+    name = f"IB port {p.ca}/{p.port}"
+    evidence = (
+        f"State: {p.state}, Physical state: {p.physical_state}, Rate: {p.rate_gbps:g}"
+        if p.rate_gbps is not None
+        else f"State: {p.state}, Physical state: {p.physical_state}"
+    )
+    if not p.healthy:
+        fix = (
+            "check the cable and the switch port"
+            if p.physical_state != "LinkUp"
+            else "start a subnet manager (opensm) or check the switch's"
+        )
+        return failure(name, evidence, fix)
+    if p.rate_gbps is not None and p.rate_gbps < spec_gbps:
+        return warning(
+            name,
+            f"{evidence} Gb/s, below the spec's {spec_gbps:g} Gb/s",
+            "check cable/transceiver and link width (ibportstate), or fix the spec",
+        )
+    return ok(name, f"{evidence} Gb/s ({p.link_layer})")
+
+
+def _matches(pattern: str, names: Sequence[str]) -> list[str]:
+    """NCCL's list syntax: ``^`` excludes, ``=`` matches exactly, else prefixes."""
+    exact = pattern.startswith("=")
+    wanted = [w.split(":")[0] for w in pattern.lstrip("=").split(",") if w]
+    return [n for n in names if any(n == w if exact else n.startswith(w) for w in wanted)]
+
+
+def nccl_env_checks(
+    env: Mapping[str, str], interfaces: Sequence[str], hcas: Sequence[str] | None, spec_kind: str
+) -> list[Check]:
+    """NCCL_* variables vs the interfaces and HCAs this node has, and known non-settings."""
+    checks: list[Check] = []
+    if "NCCL_SOCKET_TIMEOUT" in env:
+        checks.append(
+            warning(
+                "NCCL_SOCKET_TIMEOUT",
+                f"NCCL_SOCKET_TIMEOUT={env['NCCL_SOCKET_TIMEOUT']} is set, but it is not an NCCL "
+                "setting: it does nothing",
+                "set the collective timeout with init_process_group(timeout=...); see "
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC, "
+                "NCCL_IB_TIMEOUT",
+            )
+        )
+    ifname = env.get("NCCL_SOCKET_IFNAME")
+    if ifname and not ifname.startswith("^") and not _matches(ifname, interfaces):
+        checks.append(
+            failure(
+                "NCCL_SOCKET_IFNAME",
+                f"{ifname} matches none of {', '.join(interfaces)}",
+                "set it to an interface of this node",
+            )
+        )
+    elif ifname:
+        checks.append(ok("NCCL_SOCKET_IFNAME", f"{ifname} (interfaces: {', '.join(interfaces)})"))
+    checks += _ib_env_checks(env, hcas, spec_kind)
+    if not checks:
+        checks.append(ok("NCCL environment", "no NCCL_* overrides: NCCL picks interfaces itself"))
+    return checks
+
+
+def _ib_env_checks(env: Mapping[str, str], hcas: Sequence[str] | None, kind: str) -> list[Check]:
+    checks: list[Check] = []
+    hca = env.get("NCCL_IB_HCA")
+    if hca and hcas is not None and not hca.startswith("^") and not _matches(hca, hcas):
+        checks.append(
+            failure(
+                "NCCL_IB_HCA",
+                f"{hca} matches none of {', '.join(hcas) or 'no HCA'}",
+                "set it to this node's HCAs (ibstat -l)",
+            )
+        )
+    elif hca:
+        checks.append(ok("NCCL_IB_HCA", hca))
+    if env.get("NCCL_IB_DISABLE") == "1" and kind == "infiniband":
+        checks.append(
+            warning(
+                "NCCL_IB_DISABLE",
+                "NCCL_IB_DISABLE=1 on an InfiniBand cluster: NCCL falls back to sockets",
+                "unset NCCL_IB_DISABLE",
+            )
+        )
+    return checks
+
+
+def _interfaces() -> list[str]:
+    import socket
+
+    return sorted(name for _, name in socket.if_nameindex())
+
+
+def _torch_cuda() -> str | None:
+    import torch
+
+    return torch.version.cuda
+
+
+def node_checks(spec: ClusterSpec) -> list[Check]:
+    """Every check of this node, from the tools found here."""
+    checks = [java_check(_java_version_text()), pyspark_check()]
+    smi_text = tool_output(["nvidia-smi"])
+    smi = parse_nvidia_smi(smi_text) if smi_text is not None else None
+    torch_cuda = _torch_cuda() if smi is not None else None
+    checks += gpu_stack_checks(smi, torch_cuda, tool_output(["nvidia-smi", "-q"]) if smi else None)
+    ib_text = tool_output(["ibstat"])
+    ports = parse_ibstat(ib_text) if ib_text is not None else None
+    compute = spec.networks.compute
+    checks += ibstat_checks(ports, compute.gbps, compute.kind)
+    hcas = sorted({p.ca for p in ports}) if ports is not None else None
+    checks += nccl_env_checks(os.environ, _interfaces(), hcas, compute.kind)
+    return checks
+
+
+def _java_version_text() -> str | None:
+    java = "java"
+    if os.environ.get("JAVA_HOME"):
+        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java")
+    exe = shutil.which(java)
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-version"], capture_output=True, text=True, timeout=30)
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return out.stderr or out.stdout
