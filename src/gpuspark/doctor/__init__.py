@@ -3,4 +3,22 @@ of a failed job's logs from a catalogue of known messages (each with its cause a
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from gpuspark.doctor.live import run_checks
+from gpuspark.doctor.parsers import (
+    parse_ibstat,
+    parse_nvidia_smi,
+    parse_nvidia_smi_q,
+    parse_query_csv,
+)
+from gpuspark.doctor.report import Check, Report, Status
+
+__all__ = [
+    "Check",
+    "Report",
+    "Status",
+    "parse_ibstat",
+    "parse_nvidia_smi",
+    "parse_nvidia_smi_q",
+    "parse_query_csv",
+    "run_checks",
+]
