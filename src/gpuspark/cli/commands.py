@@ -17,6 +17,7 @@ _MODULES = [
     "gpuspark.cli.cmd_train",
     "gpuspark.cli.cmd_monitor",
     "gpuspark.cli.cmd_doctor",
+    "gpuspark.cli.cmd_quota",
     "gpuspark.cli.cmd_demo",
 ]
 
