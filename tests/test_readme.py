@@ -28,7 +28,10 @@ def _resolve(dotted: str) -> object:
     raise ModuleNotFoundError(dotted)
 
 
-NAMES = sorted({m.rstrip(".") for m in re.findall(r"\bgpuspark(?:\.[A-Za-z_][\w]*)+", README)})
+# Dotted names, not file paths (``provisioning/dashboards/gpuspark.yaml``).
+NAMES = sorted(
+    {m.rstrip(".") for m in re.findall(r"(?<![/\w-])gpuspark(?:\.[A-Za-z_][\w]*)+", README)}
+)
 IMPORTS = sorted(set(re.findall(r"^from (gpuspark[\w.]*) import ([\w, ]+)$", README, re.M)))
 
 

@@ -3,7 +3,9 @@ of a failed job's logs from a catalogue of known messages (each with its cause a
 
 from __future__ import annotations
 
+from gpuspark.doctor.catalogue import catalogue_markdown, load_catalogue
 from gpuspark.doctor.live import run_checks
+from gpuspark.doctor.logs import Diagnosis, Finding, diagnose, diagnose_text
 from gpuspark.doctor.parsers import (
     parse_ibstat,
     parse_nvidia_smi,
@@ -14,8 +16,14 @@ from gpuspark.doctor.report import Check, Report, Status
 
 __all__ = [
     "Check",
+    "Diagnosis",
+    "Finding",
     "Report",
     "Status",
+    "catalogue_markdown",
+    "diagnose",
+    "diagnose_text",
+    "load_catalogue",
     "parse_ibstat",
     "parse_nvidia_smi",
     "parse_nvidia_smi_q",
