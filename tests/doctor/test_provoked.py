@@ -150,3 +150,24 @@ def test_training_with_dynamic_allocation_on(spark_factory: Any, tmp_path: Path)
         ), str(exc)[:500]
     finally:
         spark_factory.stop()
+
+
+@pytest.mark.spark
+def test_an_executor_running_another_python(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    # A second interpreter without this environment's packages: a bare venv, as an executor
+    # whose PYSPARK_PYTHON points at the system Python of a node would be.
+    venv = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    sc = spark.sparkContext
+    monkeypatch.setattr(sc, "pythonExec", str(venv / "bin" / "python"))
+    # What any gpuspark task does first on an executor (a lambda: pickled by value).
+    rdd = sc.parallelize([0], 1).map(lambda _: __import__("gpuspark").__version__)
+    exc = _spark_error(rdd.collect)
+    diag = diagnose([_left(tmp_path, exc, "job.log")])
+    assert "python-module-not-found" in _ids(diag), str(exc)[-800:]
+    finding = diag.findings[_ids(diag).index("python-module-not-found")]
+    assert finding.values["module"] == "gpuspark"
