@@ -1,11 +1,11 @@
-"""``gpuspark init | validate | render spark | render monitoring``: the cluster spec and what is
-rendered from it."""
+"""``gpuspark init | validate | render spark | monitoring | yarn | kueue | volcano``: the cluster
+spec and what is rendered from it."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -150,6 +150,136 @@ def render_monitoring_cmd(
     typer.echo("check them with:")
     for line in checks:
         typer.echo(f"  {line}")
+
+
+OutOpt = Annotated[
+    Path | None, typer.Option("-o", "--out", help="Write the files here [default: print them].")
+]
+NamespacePrefixOpt = Annotated[
+    str,
+    typer.Option(
+        "--namespace-prefix", help="Team namespaces are PREFIX + team name [default: none]."
+    ),
+]
+
+
+def _render_quota(
+    spec_file: Path, scheduler: str, out_dir: Path | None, json_out: bool, **opts: Any
+) -> None:
+    """Render the team quotas for ``scheduler``; print or write the files, then the notes."""
+    from gpuspark.quota.render import quota_notes, render_quota, write_quota
+    from gpuspark.spec import load_spec
+
+    spec = load_spec(spec_file)
+    if out_dir is not None:
+        check_dir_option(out_dir, "--out")
+        if scheduler == "volcano":
+            opts["template_dir"] = str(out_dir.resolve())
+    files = render_quota(spec, scheduler, **opts)
+    notes = quota_notes(spec, scheduler, **opts)
+    if out_dir is None:
+        if json_out:
+            print_json({"files": files, "notes": notes})
+            return
+        for name, content in files.items():
+            sys.stdout.write(f"# ==> {name} <==\n{content}")
+        return
+    written = write_quota(files, out_dir)
+    if json_out:
+        print_json({"written": [str(p) for p in written], "notes": notes})
+        return
+    for path in written:
+        typer.echo(f"wrote {path}")
+    for note in notes:
+        typer.echo(f"note: {note}")
+
+
+def _yarn_version(value: str) -> str:
+    from gpuspark.quota.yarn import parse_yarn_version
+
+    try:
+        parse_yarn_version(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--yarn-version") from None
+    return value
+
+
+@render_app.command("yarn")
+def render_yarn_cmd(
+    spec_file: SpecArg,
+    out_dir: OutOpt = None,
+    yarn_version: Annotated[
+        str,
+        typer.Option(
+            "--yarn-version",
+            callback=_yarn_version,
+            help="Hadoop version of the ResourceManager; >= 3.4 gets absolute"
+            " [memory=...,vcores=...,yarn.io/gpu=N] capacities.",
+        ),
+    ] = "3.3",
+    json_out: JsonOpt = False,
+) -> None:
+    """Render capacity-scheduler.xml (a queue per team), resource-types.xml, the yarn-site GPU
+    snippet and each team's spark.yarn.queue."""
+    _render_quota(spec_file, "yarn", out_dir, json_out, yarn_version=yarn_version)
+
+
+def _kueue_api(value: str) -> str:
+    from gpuspark.quota.kueue import KUEUE_APIS
+
+    if value not in KUEUE_APIS:
+        raise typer.BadParameter(
+            f"{value!r} is not one of {', '.join(KUEUE_APIS)}", param_hint="--kueue-api"
+        )
+    return value
+
+
+@render_app.command("kueue")
+def render_kueue_cmd(
+    spec_file: SpecArg,
+    out_dir: OutOpt = None,
+    kueue_api: Annotated[
+        str,
+        typer.Option(
+            "--kueue-api",
+            callback=_kueue_api,
+            help="kueue.x-k8s.io version: v1beta1 (spec.cohort) or v1beta2 (spec.cohortName).",
+        ),
+    ] = "v1beta2",
+    namespace_prefix: NamespacePrefixOpt = "",
+    json_out: JsonOpt = False,
+) -> None:
+    """Render Kueue ResourceFlavors, a ClusterQueue and LocalQueue per team, and each team's
+    Spark settings."""
+    _render_quota(
+        spec_file, "kueue", out_dir, json_out, api=kueue_api, namespace_prefix=namespace_prefix
+    )
+
+
+@render_app.command("volcano")
+def render_volcano_cmd(
+    spec_file: SpecArg,
+    out_dir: OutOpt = None,
+    namespace_prefix: NamespacePrefixOpt = "",
+    min_executors: Annotated[
+        int,
+        typer.Option(
+            "--min-executors",
+            min=1,
+            help="Executors the PodGroup's minResources reserve with the driver.",
+        ),
+    ] = 1,
+    json_out: JsonOpt = False,
+) -> None:
+    """Render a Volcano Queue per team, the PodGroup templates and each team's Spark settings."""
+    _render_quota(
+        spec_file,
+        "volcano",
+        out_dir,
+        json_out,
+        namespace_prefix=namespace_prefix,
+        min_executors=min_executors,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,277 @@
+"""Team GPU quotas as Kueue objects: a ``ResourceFlavor`` per GPU model, a ``ClusterQueue`` per
+team in one cohort (guaranteed GPUs as ``nominalQuota``, max - guaranteed as
+``borrowingLimit``), a ``LocalQueue`` in each team's namespace, a ``WorkloadPriorityClass`` per
+team, and the Spark settings that put a job's pods on the team's queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuspark.quota.shares import (
+    kube_name,
+    largest_remainder,
+    resource_share,
+    spark_conf_text,
+    unique_names,
+    yaml_documents,
+)
+
+if TYPE_CHECKING:
+    from gpuspark.spec.models import ClusterSpec, NodeGroup, Team
+
+__all__ = [
+    "GPU_LABEL",
+    "GPU_RESOURCE",
+    "KUEUE_APIS",
+    "KUEUE_FILE",
+    "PRIORITY_LABEL",
+    "QUEUE_LABEL",
+    "SHARED_QUEUE",
+    "Flavor",
+    "flavors",
+    "kueue_notes",
+    "kueue_objects",
+    "kueue_spark_conf",
+    "render_kueue",
+]
+
+KUEUE_FILE = "kueue.yaml"
+KUEUE_APIS = ("v1beta1", "v1beta2")
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_LABEL = "nvidia.com/gpu.product"
+"""The node label NVIDIA GPU feature discovery sets to the GPU model."""
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+SHARED_QUEUE = "gpuspark-shared"
+"""ClusterQueue holding the GPUs no team is guaranteed: it only lends them to the cohort."""
+_COVERED = (GPU_RESOURCE, "cpu", "memory")
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One GPU model: its ResourceFlavor name and the node groups that have it."""
+
+    name: str
+    gpu_model: str
+    groups: tuple[NodeGroup, ...]
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of this model in the cluster."""
+        return sum(g.gpus for g in self.groups)
+
+    def quota(self, gpus: int) -> tuple[int, int, str]:
+        """(GPUs, cores, memory) for ``gpus`` of this flavor's GPUs, with their share of the
+        nodes' cores and memory."""
+        cores, ram_gib = resource_share(list(self.groups), gpus)
+        return gpus, cores, f"{ram_gib}Gi"
+
+
+def flavors(spec: ClusterSpec) -> list[Flavor]:
+    """One flavor per GPU model, in the order the models first appear in ``[[nodes]]``."""
+    by_model: dict[str, list[NodeGroup]] = {}
+    for group in spec.nodes:
+        by_model.setdefault(group.gpu_model, []).append(group)
+    names = [kube_name(model) for model in by_model]
+    return [
+        Flavor(name if names.count(name) == 1 else f"{name}-{i}", model, tuple(groups))
+        for i, (name, (model, groups)) in enumerate(zip(names, by_model.items(), strict=True))
+    ]
+
+
+def _split(gpus: int, found: list[Flavor]) -> list[int]:
+    return largest_remainder([f.gpus for f in found], gpus)
+
+
+def _resources(flavor: Flavor, nominal: int, borrow: int | None) -> list[dict[str, Any]]:
+    mine = flavor.quota(nominal)
+    ceiling = flavor.quota(nominal + borrow) if borrow is not None else None
+    out = []
+    for i, name in enumerate(_COVERED):
+        entry: dict[str, Any] = {"name": name, "nominalQuota": mine[i]}
+        if ceiling is not None:
+            entry["borrowingLimit"] = _minus(ceiling[i], mine[i])
+        out.append(entry)
+    return out
+
+
+def _minus(a: int | str, b: int | str) -> int | str:
+    if isinstance(a, str) and isinstance(b, str):
+        return f"{int(a[:-2]) - int(b[:-2])}Gi"
+    assert isinstance(a, int) and isinstance(b, int)
+    return a - b
+
+
+def _cluster_queue(
+    spec: ClusterSpec, team: Team, name: str, namespace: str, api: str, found: list[Flavor]
+) -> dict[str, Any]:
+    nominal = _split(team.guaranteed_gpus, found)
+    borrow = _split(team.max_gpus - team.guaranteed_gpus, found)
+    lowest = min(t.priority for t in spec.teams)
+    return {
+        "apiVersion": f"kueue.x-k8s.io/{api}",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name, "labels": {"gpuspark/team": name}},
+        "spec": {
+            _cohort_field(api): kube_name(spec.name),
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {
+                    "coveredResources": list(_COVERED),
+                    "flavors": [
+                        {"name": f.name, "resources": _resources(f, n, b)}
+                        for f, n, b in zip(found, nominal, borrow, strict=True)
+                    ],
+                }
+            ],
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {
+                    "policy": "LowerPriority" if team.priority > lowest else "Never"
+                },
+                "withinClusterQueue": "LowerPriority",
+            },
+        },
+    }
+
+
+def _cohort_field(api: str) -> str:
+    if api not in KUEUE_APIS:
+        raise ValueError(f"--kueue-api {api!r} is not one of {', '.join(KUEUE_APIS)}")
+    return "cohortName" if api == "v1beta2" else "cohort"
+
+
+def _shared_queue(spec: ClusterSpec, api: str, found: list[Flavor]) -> dict[str, Any] | None:
+    """The unguaranteed GPUs (per flavor), lent to the cohort; no namespace may submit to it."""
+    used = [0] * len(found)
+    for team in spec.teams:
+        used = [u + n for u, n in zip(used, _split(team.guaranteed_gpus, found), strict=True)]
+    rest = [max(0, f.gpus - u) for f, u in zip(found, used, strict=True)]
+    if not any(rest):
+        return None
+    return {
+        "apiVersion": f"kueue.x-k8s.io/{api}",
+        "kind": "ClusterQueue",
+        "metadata": {"name": SHARED_QUEUE},
+        "spec": {
+            _cohort_field(api): kube_name(spec.name),
+            "resourceGroups": [
+                {
+                    "coveredResources": list(_COVERED),
+                    "flavors": [
+                        {"name": f.name, "resources": _resources(f, r, None)}
+                        for f, r in zip(found, rest, strict=True)
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def kueue_objects(
+    spec: ClusterSpec, *, api: str = "v1beta2", namespace_prefix: str = ""
+) -> list[dict[str, Any]]:
+    """Every Kueue object, in the order ``kubectl apply`` needs them."""
+    _cohort_field(api)
+    names = unique_names(spec, kube_name, "Kueue", SHARED_QUEUE)
+    found = flavors(spec)
+    group = f"kueue.x-k8s.io/{api}"
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": group,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": f.name},
+            "spec": {"nodeLabels": {GPU_LABEL: kube_label_value(f.gpu_model)}},
+        }
+        for f in found
+    ]
+    for team, name in zip(spec.teams, names, strict=True):
+        docs.append(
+            {
+                "apiVersion": group,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": f"{name}-priority"},
+                "value": team.priority,
+                "description": f"Priority of team {team.name}'s workloads.",
+            }
+        )
+    for team, name in zip(spec.teams, names, strict=True):
+        docs.append(_cluster_queue(spec, team, name, namespace_prefix + name, api, found))
+    shared = _shared_queue(spec, api, found)
+    if shared is not None:
+        docs.append(shared)
+    for name in names:
+        docs.append(
+            {
+                "apiVersion": group,
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": namespace_prefix + name},
+                "spec": {"clusterQueue": name},
+            }
+        )
+    return docs
+
+
+def kube_label_value(text: str) -> str:
+    """``text`` as a label value (letters, digits, ``-_.``; 63 characters at most)."""
+    import re
+
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-_.")[:63]
+    return value.rstrip("-_.") or "unknown"
+
+
+def kueue_spark_conf(spec: ClusterSpec, team: str, *, namespace_prefix: str = "") -> dict[str, str]:
+    """Spark properties that put an application's driver and executor pods on ``team``'s
+    LocalQueue (pod labels read by Kueue's pod integration)."""
+    from gpuspark.quota.standalone import find_team
+
+    name = kube_name(find_team(spec, team).name)
+    conf = {"spark.kubernetes.namespace": namespace_prefix + name}
+    for role in ("driver", "executor"):
+        conf[f"spark.kubernetes.{role}.label.{QUEUE_LABEL}"] = name
+        conf[f"spark.kubernetes.{role}.label.{PRIORITY_LABEL}"] = f"{name}-priority"
+    conf["spark.executor.resource.gpu.vendor"] = "nvidia.com"
+    conf["spark.dynamicAllocation.enabled"] = "false"
+    return conf
+
+
+def kueue_notes(spec: ClusterSpec, *, api: str = "v1beta2") -> list[str]:
+    """What the rendered Kueue objects mean and what they leave to the administrator."""
+    field = _cohort_field(api)
+    return [
+        f"kueue.x-k8s.io/{api}: the cohort is spec.{field} ('{kube_name(spec.name)}');"
+        " --kueue-api picks v1beta1 (cohort) or v1beta2 (cohortName)",
+        "nominalQuota = guaranteed GPUs, borrowingLimit = max_gpus - guaranteed; cpu and memory"
+        f" go with the GPUs' share of the nodes; '{SHARED_QUEUE}' holds the unguaranteed GPUs"
+        " and only lends them",
+        f"ResourceFlavors select nodes by {GPU_LABEL} (set by NVIDIA GPU feature discovery):"
+        " make the values match your nodes' labels",
+        "Kueue's SparkApplication integration rejects dynamic allocation: the Spark settings"
+        " set spark.dynamicAllocation.enabled=false",
+        "plain spark-submit pods are not admitted atomically: Kueue's pod integration (enable"
+        " 'pod' in its Configuration) admits the driver and each executor pod on its own, so a"
+        " driver can start while its executors wait; use SparkApplication for all-or-nothing",
+        "create the teams' namespaces before applying kueue.yaml (LocalQueues live in them)",
+    ]
+
+
+def render_kueue(
+    spec: ClusterSpec, *, api: str = "v1beta2", namespace_prefix: str = ""
+) -> dict[str, str]:
+    """``kueue.yaml`` (all objects) and one ``spark-kueue-TEAM.conf`` per team."""
+    notes = kueue_notes(spec, api=api)
+    header = [
+        f"Kueue quotas for cluster '{spec.name}', rendered by gpuspark from its spec.",
+        "Apply with: kubectl apply -f kueue.yaml",
+        *(f"Note: {n}" for n in notes),
+    ]
+    objects = kueue_objects(spec, api=api, namespace_prefix=namespace_prefix)
+    files = {KUEUE_FILE: yaml_documents(header, objects)}
+    for team in spec.teams:
+        conf = kueue_spark_conf(spec, team.name, namespace_prefix=namespace_prefix)
+        files[f"spark-kueue-{kube_name(team.name)}.conf"] = spark_conf_text(
+            f"Spark on Kubernetes + Kueue settings for team '{team.name}'.", conf
+        )
+    return files

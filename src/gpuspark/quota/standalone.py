@@ -1,0 +1,83 @@
+"""Spark standalone's only quota: per-application caps. Standalone schedules applications FIFO
+and knows no queues, so a team's ceiling becomes ``spark.cores.max`` and
+``spark.dynamicAllocation.maxExecutors``, chosen so that executors x GPUs per executor can never
+exceed the team's ``max_gpus``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuspark.errors import SpecError, did_you_mean
+
+if TYPE_CHECKING:
+    from gpuspark.spec.models import ClusterSpec, Team
+
+__all__ = ["TeamCaps", "find_team", "team_caps"]
+
+
+@dataclass(frozen=True)
+class TeamCaps:
+    """The per-application caps that keep one application of a team within its ``max_gpus``."""
+
+    cores_max: int
+    """``spark.cores.max``: executor cores of all the team's executors together."""
+    max_executors: int
+    """``spark.dynamicAllocation.maxExecutors``: executors the application may hold at once."""
+    executor_gpus: int
+    """GPUs per executor (the spec's ``spark.executor_gpus``)."""
+    max_gpus: int
+    """The team's ceiling; ``max_executors * executor_gpus`` never exceeds it."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs an application holds at most under these caps."""
+        return self.max_executors * self.executor_gpus
+
+    def conf(self) -> dict[str, str]:
+        """The Spark properties that enforce the caps."""
+        return {
+            "spark.cores.max": str(self.cores_max),
+            "spark.dynamicAllocation.maxExecutors": str(self.max_executors),
+        }
+
+
+def find_team(spec: ClusterSpec, team: str | Team) -> Team:
+    """The spec's team called ``team`` (a name or a :class:`Team`); a one-line error otherwise."""
+    name = team if isinstance(team, str) else team.name
+    for candidate in spec.teams:
+        if candidate.name == name:
+            return candidate
+    names = [t.name for t in spec.teams]
+    if not names:
+        raise SpecError(
+            f"team '{name}' is not in spec '{spec.name}', which has no [[teams]]",
+            remedy="add a [[teams]] table with name, guaranteed_gpus and max_gpus",
+        )
+    raise SpecError(
+        f"team '{name}' is not in spec '{spec.name}'{did_you_mean(name, names)}",
+        remedy=f"use one of: {', '.join(names)}",
+    )
+
+
+def team_caps(spec: ClusterSpec, team: str | Team) -> TeamCaps:
+    """Caps for ``team`` on Spark standalone: as many whole executors as fit in its ``max_gpus``.
+
+    Raises :class:`~gpuspark.errors.SpecError` when not even one executor fits.
+    """
+    found = find_team(spec, team)
+    per_executor = spec.spark.executor_gpus
+    executors = found.max_gpus // per_executor
+    if executors < 1:
+        raise SpecError(
+            f"team '{found.name}' has max_gpus={found.max_gpus}, below one executor's"
+            f" spark.executor_gpus={per_executor}",
+            remedy=f"raise teams.max_gpus to at least {per_executor}"
+            f" or lower spark.executor_gpus to at most {found.max_gpus}",
+        )
+    return TeamCaps(
+        cores_max=executors * spec.spark.executor_cores,
+        max_executors=executors,
+        executor_gpus=per_executor,
+        max_gpus=found.max_gpus,
+    )
