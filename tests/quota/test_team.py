@@ -71,8 +71,10 @@ def server() -> Iterator[tuple[str, dict[str, Any]]]:
 
 def test_resolve_team_by_name_members_and_default() -> None:
     spec = make_spec()
-    assert team.resolve_team(spec, "nlp", user="carol").name == "nlp"
-    assert team.resolve_team(spec, None, user="bob").name == "vision"  # default: members
+    named = team.resolve_team(spec, "nlp", user="carol")
+    default = team.resolve_team(spec, None, user="bob")  # default: the team listing the user
+    assert named is not None and named.name == "nlp"
+    assert default is not None and default.name == "vision"
     assert team.resolve_team(spec, None, user="nobody") is None
     with pytest.raises(LaunchError, match=r"did you mean 'vision'"):
         team.resolve_team(spec, "visoin", user="alice")
