@@ -73,7 +73,7 @@ def http_json(url: str, *, token: str | None = None, timeout: float = 5.0, ctx: 
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise ClusterError(
             f"cannot read {url}: {getattr(exc, 'reason', exc)}",
-            remedy="check the scheduler's address (--master) and that it is up",
+            remedy="check the scheduler's address (--url or --master) and that it is up",
         ) from exc
 
 
