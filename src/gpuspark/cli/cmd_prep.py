@@ -26,6 +26,14 @@ WorldOpt = Annotated[
     int | None, typer.Option("--world-size", min=1, help="Balance shards for this many ranks.")
 ]
 ShardsOpt = Annotated[int | None, typer.Option("--num-shards", min=1, help="Shards per split.")]
+TeamOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--team",
+        help="Submit under this team of the spec (its queue or caps) [default: your team "
+        "per the spec's members].",
+    ),
+]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an existing dataset.")]
 
 
@@ -144,6 +152,7 @@ def images(
     overwrite: OverwriteOpt = False,
     master: MasterOpt = None,
     spec: SpecOpt = None,
+    team: TeamOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Image folder SRC/<label>/<file>.{jpg,png} to shards (original bytes by default)."""
@@ -164,6 +173,7 @@ def images(
             master=master,
             spec=spec,
             progress=progress,
+            team=team,
         )
     _summary(res, json)
 
@@ -188,6 +198,7 @@ def dicom(
     overwrite: OverwriteOpt = False,
     master: MasterOpt = None,
     spec: SpecOpt = None,
+    team: TeamOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """DICOM series below SRC (any names, nested folders) to one 3D volume per series."""
@@ -213,5 +224,6 @@ def dicom(
             master=master,
             spec=spec,
             progress=progress,
+            team=team,
         )
     _summary(res, json)

@@ -35,18 +35,27 @@ def run_request(req: LaunchRequest, spark: Any = None, *, spec: Any = None) -> A
         sc = spark.sparkContext if hasattr(spark, "sparkContext") else spark
         return _attempts(req, sc, spec_obj)
     from gpuspark.cluster.session import JobKind, job_session
+    from gpuspark.quota.team import team_app_name, team_conf
 
-    with job_session(JobKind.TRAINING, master=req.master, spec=spec) as session:
+    session_conf: dict[str, Any] = dict(team_conf(spec_obj, req.team, req.master))
+    name = team_app_name("gpuspark-launch", req.team)
+    with job_session(
+        JobKind.TRAINING, master=req.master, spec=spec, app_name=name, **session_conf
+    ) as session:
         return _attempts(req, session.sparkContext, spec_obj)
 
 
 def _monitoring_defaults(req: LaunchRequest, spec: Any) -> Any:
-    """Check ``req.team`` and fill the metrics port/host from the spec; return the spec."""
-    from gpuspark.monitor.rank_settings import check_team
+    """Resolve ``req.team`` (default: the user's team per ``members``), refuse a job above
+    its ``max_gpus``, and fill the metrics port/host from the spec; return the spec."""
+    from gpuspark.quota.team import check_team_gpus, resolve_team
     from gpuspark.spec import resolve_spec
 
     spec_obj = resolve_spec(spec)
-    req.team = check_team(req.team, spec_obj) or None
+    found = resolve_team(spec_obj, req.team)
+    req.team = found.name if found is not None else None
+    if not req.local:
+        check_team_gpus(spec_obj, req.team, req.num_processes * req.gpus_per_process)
     if req.metrics_port is None:
         req.metrics_port = int(spec_obj.monitoring.metrics_port)
     req.metrics_host = req.metrics_host or str(spec_obj.monitoring.metrics_host)

@@ -72,6 +72,7 @@ def prep_dicom(
     master: str | None = None,
     spec: Any = None,
     progress: Progress | None = None,
+    team: str | None = None,
 ) -> PrepResult:
     """DICOM files below ``src`` (any names, nested folders, mixed series) to a volume dataset.
 
@@ -86,6 +87,8 @@ def prep_dicom(
     that makes no record fails with :class:`PrepError` and commits nothing. Runs on
     ``spark``, else on ``master`` or the spec's master, see
     :func:`gpuspark.cluster.session.job_session`.
+    ``team``: submit under that team of the spec (default: the user's team per ``members``;
+    its queue, labels or caps, see :func:`gpuspark.quota.team.team_conf`).
     """
     from gpuspark.data.sources import DicomOptions
 
@@ -107,8 +110,13 @@ def prep_dicom(
     table = read_label_table(labels)
     root = check_destination(dst, overwrite)
     opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
+    from gpuspark.quota.team import submit_under
+
+    submit = submit_under(spec, team, master, app_name="gpuspark-prep-dicom")
     announce(progress)  # starting a session (and a cluster) takes seconds: say so
-    with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
+    with job_session(
+        JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
+    ) as sp:
         return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
 
 

@@ -59,6 +59,7 @@ def prep_images(
     master: str | None = None,
     spec: Any = None,
     progress: Progress | None = None,
+    team: str | None = None,
 ) -> PrepResult:
     """An image folder ``src/<label>/<file>.{jpg,jpeg,png}`` to an image dataset.
 
@@ -68,6 +69,8 @@ def prep_images(
     assigned by a stable hash of each file's path relative to ``src``; None: no splits.
     Checks made on the driver come before a cluster starts; a job that makes no record
     fails with :class:`PrepError` and commits nothing.
+    ``team``: submit under that team of the spec (default: the user's team per ``members``;
+    its queue, labels or caps, see :func:`gpuspark.quota.team.team_conf`).
     """
     from gpuspark.data.sources import ImageOptions
 
@@ -81,8 +84,13 @@ def prep_images(
     fractions = check_split(split)
     root = check_destination(dst, overwrite)
     opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
+    from gpuspark.quota.team import submit_under
+
+    submit = submit_under(spec, team, master, app_name="gpuspark-prep-images")
     announce(progress)  # starting a session (and a cluster) takes seconds: say so
-    with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
+    with job_session(
+        JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
+    ) as sp:
         return _run_images(sp, src_s, root, options, opts, progress, t0)
 
 

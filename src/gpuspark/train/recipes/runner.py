@@ -322,9 +322,12 @@ def run(
     spec's ``[monitoring]``; 0: off), labelled with ``team`` (one of the spec's ``[[teams]]``).
     """
     from gpuspark import launch
-    from gpuspark.monitor.rank_settings import check_team
+    from gpuspark.quota.team import submit_under
 
-    check_team(team, spec)  # before the dataset, the cluster and any rank
+    gpus = None if local else num_processes * gpus_per_process
+    # before the dataset, the cluster and any rank: the team (default: the user's), its cap
+    submit = submit_under(spec, team, master, app_name=f"gpuspark-train-{name}", gpus=gpus)
+    team = submit.team
     cfg = resolve_paths(cfg)
     recipe = preflight(name, cfg, num_processes=num_processes)
     kwargs: dict[str, Any] = {
@@ -340,5 +343,7 @@ def run(
         return launch.run(train, recipe.name, cfg, local=True, **kwargs)
     from gpuspark.cluster.session import JobKind, job_session
 
-    with job_session(JobKind.TRAINING, spark=spark, master=master, spec=spec) as sp:
+    with job_session(
+        JobKind.TRAINING, spark=spark, master=master, spec=spec, **submit.session_kwargs()
+    ) as sp:
         return launch.run(train, recipe.name, cfg, spark=sp, **kwargs)
