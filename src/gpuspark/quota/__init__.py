@@ -8,17 +8,38 @@ from gpuspark.quota.kueue import kueue_spark_conf
 from gpuspark.quota.render import SCHEDULERS, quota_notes, render_quota, write_quota
 from gpuspark.quota.shares import kube_name, yarn_queue_name
 from gpuspark.quota.standalone import TeamCaps, find_team, team_caps
+from gpuspark.quota.status import TeamUsage, plot_usage, quota_status
+from gpuspark.quota.team import (
+    app_team,
+    check_team_gpus,
+    resolve_team,
+    submit_under,
+    team_app_name,
+    team_conf,
+)
 from gpuspark.quota.volcano import volcano_spark_conf
+from gpuspark.quota.why import Reason, explain
 
 __all__ = [
     "SCHEDULERS",
+    "Reason",
     "TeamCaps",
+    "TeamUsage",
+    "app_team",
+    "check_team_gpus",
+    "explain",
     "find_team",
     "kube_name",
     "kueue_spark_conf",
+    "plot_usage",
     "quota_notes",
+    "quota_status",
     "render_quota",
+    "resolve_team",
+    "submit_under",
+    "team_app_name",
     "team_caps",
+    "team_conf",
     "volcano_spark_conf",
     "write_quota",
     "yarn_queue_name",
