@@ -225,7 +225,8 @@ def cli_problems(words: list[str], *, complete: bool) -> list[str]:
         if sub is None:
             return [f"'{' '.join(path)}' has no sub-command {word!r}"]
         command, path = sub, [*path, word]
-    if complete and hasattr(command, "commands") and "--help" not in words:
+    runs_alone = getattr(command, "invoke_without_command", False)  # `gpuspark doctor`
+    if complete and hasattr(command, "commands") and "--help" not in words and not runs_alone:
         return [f"'{' '.join(path)}' needs a sub-command"]
     return []
 
