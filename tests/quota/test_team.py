@@ -480,3 +480,14 @@ def test_gpu_hours_query_uses_the_shared_metric_name() -> None:
 
     query = status.gpu_hours_query("24h")
     assert CUDA_ALLOCATED in query and "[24h:1m]" in query and "by (team)" in query
+
+
+def test_team_conf_yunikorn() -> None:
+    spec = make_spec(conf={"spark.kubernetes.scheduler.name": "yunikorn"})
+    conf = team.team_conf(spec, "vision", "k8s://https://api:6443")
+    assert conf["spark.kubernetes.scheduler.name"] == "yunikorn"
+    assert conf["spark.kubernetes.driver.label.queue"] == "root.vision"
+    assert conf["spark.kubernetes.executor.label.queue"] == "root.vision"
+    key = "spark.kubernetes.driver.annotation.yunikorn.apache.org/app-id"
+    assert conf[key] == "{{APP_ID}}"
+    assert not any("kueue" in k for k in conf)

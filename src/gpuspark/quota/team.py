@@ -6,7 +6,8 @@
   is refused too, both before anything starts.
 - **Settings** (:func:`team_conf`): ``spark.yarn.queue`` on YARN; on Kubernetes the Kueue
   queue label on driver and executor pods, or the Volcano scheduler with a PodGroup template
-  naming the team's queue (when the spec's ``[spark.conf]`` picks ``volcano``); on Spark
+  naming the team's queue (when the spec's ``[spark.conf]`` picks ``volcano``), or YuniKorn's
+  ``queue=root.<team>`` label and app-id annotation (when it picks ``yunikorn``); on Spark
   standalone (and the embedded cluster) per-application caps (``spark.cores.max``,
   ``spark.dynamicAllocation.maxExecutors``) so that executors x GPUs per executor cannot exceed
   the team's ``max_gpus``. Every master also gets ``spark.gpuspark.team``.
@@ -194,6 +195,16 @@ def _k8s_conf(spec: ClusterSpec, team: str) -> dict[str, str]:
             "spark.kubernetes.driver.pod.featureSteps": _VOLCANO_STEP,
             "spark.kubernetes.executor.pod.featureSteps": _VOLCANO_STEP,
             "spark.kubernetes.scheduler.volcano.podGroupTemplateFile": str(template),
+        }
+    if scheduler == "yunikorn":
+        # Spark's "Using Apache YuniKorn as Customized Scheduler" settings: the queue label
+        # (root.<team>) and the app-id annotation that groups the driver and executor pods.
+        return {
+            "spark.kubernetes.scheduler.name": "yunikorn",
+            "spark.kubernetes.driver.label.queue": f"root.{team}",
+            "spark.kubernetes.executor.label.queue": f"root.{team}",
+            "spark.kubernetes.driver.annotation.yunikorn.apache.org/app-id": "{{APP_ID}}",
+            "spark.kubernetes.executor.annotation.yunikorn.apache.org/app-id": "{{APP_ID}}",
         }
     return {
         f"spark.kubernetes.driver.label.{KUEUE_LABEL}": team,
