@@ -61,6 +61,21 @@ def test_driver_and_executor_metrics_and_target(spark: Any) -> None:
 
 
 @pytest.mark.spark
+def test_withdraw_removes_the_target(spark: Any) -> None:
+    from gpuspark.cluster.targets import announce_app, withdraw_app
+
+    app_id = announce_app(spark)
+    assert app_id == spark.sparkContext.applicationId
+    path = targets_dir() / "spark-apps" / f"{app_id}.json"
+    assert path.exists()
+    withdraw_app(app_id)
+    assert not path.exists()
+    withdraw_app(app_id)  # twice: no error
+    announce_app(spark)  # the shared session keeps its target for the other tests
+
+
+@pytest.mark.slow
+@pytest.mark.spark
 def test_job_session_withdraws_its_target(spark_factory: Any, local_cluster: Any) -> None:
     from gpuspark.cluster.session import JobKind, job_session
 

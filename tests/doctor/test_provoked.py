@@ -135,6 +135,7 @@ def test_a_barrier_stage_asking_more_slots_than_exist(spark_factory: Any, tmp_pa
         spark_factory.stop()
 
 
+@pytest.mark.slow  # two session rebuilds (~60 s); the refusal itself is in test_preflight
 @pytest.mark.spark
 def test_training_with_dynamic_allocation_on(spark_factory: Any, tmp_path: Path) -> None:
     spark = spark_factory.get(**{"spark.dynamicAllocation.enabled": "true"})
