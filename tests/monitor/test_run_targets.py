@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuspark.errors import LaunchError
+from gpuspark.errors import LaunchError, SpecError
 from gpuspark.launch import run
 from gpuspark.monitor import targets_dir
 
@@ -141,7 +141,7 @@ def test_failing_rank_still_removes_the_file(monitor_dir: Path, script: Path) ->
 
 
 def test_unknown_team_is_refused_before_any_rank(monitor_dir: Path, script: Path) -> None:
-    with pytest.raises(LaunchError, match="team 'ml': the cluster spec defines no"):
+    with pytest.raises(SpecError, match="team 'ml': the cluster spec 'embedded' defines no"):
         run(str(script), "0", "-1", num_processes=2, local=True, gpus_per_process=0, team="ml")
     assert not monitor_dir.exists()
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from gpuspark.errors import LaunchError
+from gpuspark.errors import LaunchError, SpecError
 from gpuspark.quota import sources, status, team, why
 from gpuspark.spec import ClusterSpec, default_spec
 
@@ -76,7 +76,7 @@ def test_resolve_team_by_name_members_and_default() -> None:
     assert named is not None and named.name == "nlp"
     assert default is not None and default.name == "vision"
     assert team.resolve_team(spec, None, user="nobody") is None
-    with pytest.raises(LaunchError, match=r"did you mean 'vision'"):
+    with pytest.raises(SpecError, match=r"did you mean 'vision'"):
         team.resolve_team(spec, "visoin", user="alice")
     with pytest.raises(LaunchError, match=r"user 'carol' is not a member of team 'vision'"):
         team.resolve_team(spec, "vision", user="carol")

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gpuspark.cluster.processes import free_port, pid_alive, terminate_groups
+from gpuspark.cluster.processes import free_port, pid_alive, spawn_group, terminate_groups
 from gpuspark.cluster.shape import EmbeddedShape, embedded_shape
 from gpuspark.cluster.state import ClusterState, ClusterStatus, WorkerState, WorkerStatus
 from gpuspark.errors import ClusterError
@@ -232,17 +232,7 @@ class LocalCluster:
 
     def _spawn(self, args: list[str], log: Path) -> int:
         cmd = [str(spark_home() / "bin" / "spark-class"), *args]
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self._env(),
-                cwd=self.state_dir,
-                start_new_session=True,  # own process group: `down` stops it and its children
-            )
-        return proc.pid
+        return spawn_group(cmd, log, env=self._env(), cwd=self.state_dir)
 
     def _start_master(self, simulated: bool) -> ClusterState:
         port, webui = free_port(self.host), free_port(self.host)

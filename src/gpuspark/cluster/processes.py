@@ -1,14 +1,34 @@
-"""Processes of the embedded cluster: free ports, liveness, and stopping whole process groups."""
+"""Background processes gpuspark starts (the embedded cluster, ``monitor up``): spawning each
+in its own process group, free ports, liveness, and stopping whole process groups."""
 
 from __future__ import annotations
 
 import os
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["free_port", "group_alive", "pid_alive", "terminate_groups"]
+__all__ = ["free_port", "group_alive", "pid_alive", "spawn_group", "terminate_groups"]
+
+
+def spawn_group(
+    cmd: list[str], log: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> int:
+    """Start ``cmd`` in its own process group (so :func:`terminate_groups` stops it and its
+    children), output appended to ``log``; return its pid."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    return proc.pid
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
@@ -94,15 +93,9 @@ def _port(preferred: int) -> int:
 
 
 def _spawn(cmd: list[str], log: Path) -> int:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: `down` stops it and its children
-        )
-    return proc.pid
+    from gpuspark.cluster.processes import spawn_group
+
+    return spawn_group(cmd, log)
 
 
 def _tail(path: str, lines: int = 5) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.errors import LaunchError, did_you_mean
+from gpuspark.errors import LaunchError
 from gpuspark.storage import atomic_write_text
 
 if TYPE_CHECKING:
@@ -139,24 +139,13 @@ def rank_settings(
 
 
 def check_team(team: str | None, spec: ClusterSpec | None) -> str:
-    """``team`` if the spec's ``[[teams]]`` name it (``""`` for no team); else one-line error."""
+    """``team`` if the spec's ``[[teams]]`` name it (``""`` for no team); else one-line error
+    (:func:`gpuspark.spec.find_team`)."""
     if not team:
         return ""
-    from gpuspark.spec import resolve_spec
+    from gpuspark.spec import find_team, resolve_spec
 
-    names = [t.name for t in resolve_spec(spec).teams]
-    if team in names:
-        return team
-    if not names:
-        raise LaunchError(
-            f"team {team!r}: the cluster spec defines no [[teams]]",
-            remedy="add a [[teams]] entry to the spec, or leave --team out",
-        )
-    raise LaunchError(
-        f"team {team!r} is not in the spec's [[teams]] ({', '.join(names)})"
-        + did_you_mean(team, names),
-        remedy="use one of the spec's team names",
-    )
+    return find_team(resolve_spec(spec), team).name
 
 
 # -- the endpoint file: rank -> its task -> the driver ---------------------------------------

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuspark.errors import SpecError, did_you_mean
+from gpuspark.errors import SpecError
+from gpuspark.spec.teams import find_team
 
 if TYPE_CHECKING:
     from gpuspark.spec.models import ClusterSpec, Team
@@ -40,24 +41,6 @@ class TeamCaps:
             "spark.cores.max": str(self.cores_max),
             "spark.dynamicAllocation.maxExecutors": str(self.max_executors),
         }
-
-
-def find_team(spec: ClusterSpec, team: str | Team) -> Team:
-    """The spec's team called ``team`` (a name or a :class:`Team`); a one-line error otherwise."""
-    name = team if isinstance(team, str) else team.name
-    for candidate in spec.teams:
-        if candidate.name == name:
-            return candidate
-    names = [t.name for t in spec.teams]
-    if not names:
-        raise SpecError(
-            f"team '{name}' is not in spec '{spec.name}', which has no [[teams]]",
-            remedy="add a [[teams]] table with name, guaranteed_gpus and max_gpus",
-        )
-    raise SpecError(
-        f"team '{name}' is not in spec '{spec.name}'{did_you_mean(name, names)}",
-        remedy=f"use one of: {', '.join(names)}",
-    )
 
 
 def team_caps(spec: ClusterSpec, team: str | Team) -> TeamCaps:

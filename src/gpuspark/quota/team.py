@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.errors import LaunchError, did_you_mean
+from gpuspark.errors import LaunchError
+from gpuspark.spec.teams import find_team
 
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
@@ -60,24 +61,6 @@ _EMBEDDED = ("local-cluster", "embedded")
 def current_user() -> str:
     """The user a job runs as (``getpass.getuser()``; ``$USER`` style)."""
     return getpass.getuser()
-
-
-def find_team(spec: ClusterSpec, name: str) -> Team:
-    """The spec's team ``name``; a one-line error with a did-you-mean otherwise."""
-    names = [t.name for t in spec.teams]
-    for team in spec.teams:
-        if team.name == name:
-            return team
-    if not names:
-        raise LaunchError(
-            f"team {name!r}: the cluster spec defines no [[teams]]",
-            remedy="add a [[teams]] entry to the spec, or leave --team out",
-        )
-    raise LaunchError(
-        f"team {name!r} is not in the spec's [[teams]] ({', '.join(names)})"
-        + did_you_mean(name, names),
-        remedy="use one of the spec's team names",
-    )
 
 
 def resolve_team(

@@ -27,6 +27,7 @@ from gpuspark.spec.models import (
 )
 from gpuspark.spec.rules import gpu_slots_per_executor
 from gpuspark.spec.summary import summary
+from gpuspark.spec.teams import find_team
 
 __all__ = [
     "SPEC_ENV",
@@ -42,6 +43,7 @@ __all__ = [
     "default_spec",
     "default_spec_text",
     "example_spec",
+    "find_team",
     "gpu_slots_per_executor",
     "load_spec",
     "parse_spec",
