@@ -58,12 +58,20 @@ class SparkFactory:
     def get(self, **overrides: Any) -> Any:
         """A data session on the cluster with ``overrides`` (``spark.x`` keys) applied last."""
         conf = {k: str(v) for k, v in overrides.items()}
-        if self._spark is not None and conf == self._conf:
+        if self._spark is not None and conf == self._conf and self._alive():
             return self._spark
         self.stop()
         self._spark = self.cluster.session(app_name="gpuspark-tests", **conf)
         self._conf = conf
         return self._spark
+
+    def _alive(self) -> bool:
+        """False when a test stopped the shared session (``getOrCreate`` hands out the active
+        session, and a test that stops what it got stops this one)."""
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        return active is not None and active.sparkContext is self._spark.sparkContext
 
     def stop(self) -> None:
         """Stop the current session, if any."""
