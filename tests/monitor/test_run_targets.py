@@ -146,6 +146,7 @@ def test_unknown_team_is_refused_before_any_rank(monitor_dir: Path, script: Path
     assert not monitor_dir.exists()
 
 
+@pytest.mark.slow  # the barrier-stage path runs by default in tests/monitor/test_live.py
 @pytest.mark.spark
 def test_spark_barrier_run_lists_both_ranks_then_removes_the_file(
     spark: Any, monitor_dir: Path, script: Path
