@@ -5,6 +5,7 @@
 #   2. bf16 autocast (amp="bf16") forward/backward/optimizer steps
 #   3. ShardDataset loader with pinned memory and device="cuda" (copies on a side stream)
 #   4. MONAI ResNet-50 2D images/s: fed by gpuspark shards vs synthetic in-GPU tensors
+#   5. the rank exporter's /metrics carries the CUDA memory gauges on a GPU (absent on CPU)
 #
 # Prints a short table and writes benchmarks/results/gpu_check.json. Without CUDA the GPU parts
 # print "skipped (no CUDA)" and the CPU-safe parts (shard writing, loader, gloo world-size-1
@@ -170,6 +171,25 @@ results.update(
     images_per_s_synthetic=syn, images_per_s_shards=shd, shards_over_synthetic=shd / syn,
     loader=stats, rows=[list(r) for r in rows],
 )
+
+# -- 5. exporter: a rank's /metrics with the CUDA memory gauges --------------------------------
+import urllib.request
+
+from gpuspark.monitor import names as mnames
+from gpuspark.monitor.exporter import serve
+
+rm = serve(19700, "127.0.0.1", run_id="gpu-check")
+rm.step(BATCH, 0.01, {"compute": 0.01}, 0, 0, syn_loss, 0.1, 0)
+rm.cuda_memory(device)
+with urllib.request.urlopen(rm.url, timeout=5) as resp:
+    scraped = resp.read().decode()
+have_cuda = mnames.CUDA_ALLOCATED in scraped and mnames.CUDA_RESERVED in scraped
+if CUDA:
+    row("exporter CUDA memory gauges", "ok" if have_cuda else "FAILED", rm.url)
+else:
+    row("exporter CUDA memory gauges", "ok" if not have_cuda else "FAILED", "absent on CPU")
+results["exporter_cuda_gauges"] = have_cuda
+rm.close()
 path = write_results("gpu_check", results)
 print(f"results: {path}")
 import torch.distributed as dist
