@@ -26,3 +26,14 @@ def test_root_cause_is_the_earliest_failure_across_tasks() -> None:
     killed = {"rank": 1, "host": "a", "signal": "SIGKILL", "timestamp": 10}
     err = result_error([{"failures": [peer, killed]}, {"failures": [root]}], 1)
     assert str(err).startswith("rank 3 failed on host b: ValueError: bad")
+
+
+def test_a_peers_lost_connection_is_never_the_root_cause() -> None:
+    # Seen in CI: rank 3's gloo error file was stamped before rank 2's own ValueError.
+    gone = "[pair.cc:553] Connection closed by peer [127.0.0.1]:23717. remote worker crashing"
+    peer = {"rank": 3, "host": "a", "error": {"type": "RuntimeError", "message": gone, "time": 9.0}}
+    root = {"rank": 2, "host": "a", "error": {"type": "ValueError", "message": "boom", "time": 9.2}}
+    err = result_error([{"failures": [peer, root]}], 1)
+    assert str(err).startswith("rank 2 failed on host a: ValueError: boom")
+    only_peer = result_error([{"failures": [peer]}], 1)  # no other failure: still reported
+    assert str(only_peer).startswith("rank 3 failed on host a: RuntimeError")

@@ -20,11 +20,22 @@ __all__ = ["rank0_value", "result_error", "spark_error", "timeout_error"]
 _ERROR_LINES = 8
 
 
-def _failure_sort_key(rec: dict[str, Any]) -> tuple[float, int]:
-    # The root cause is the earliest failure: peers of a dead rank fail after it. The error
+# What a rank's collective raises when a peer died: a consequence, never the root cause.
+_PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote worker crashing",
+    "remote process exited",
+)
+
+
+def _failure_sort_key(rec: dict[str, Any]) -> tuple[bool, float, int]:
+    # The root cause is the earliest failure that is not a peer's lost connection: peers of a
+    # dead rank fail after it, but their error files may be written first (a race). The error
     # file's time is precise; the agent's timestamp (whole seconds) covers signals.
     err = rec.get("error") or {}
-    return (float(err.get("time", rec.get("timestamp", 0))), rec.get("rank", 0))
+    consequence = any(p in str(err.get("message", "")) for p in _PEER_GONE)
+    return (consequence, float(err.get("time", rec.get("timestamp", 0))), rec.get("rank", 0))
 
 
 def _failure_error(rec: dict[str, Any], attempts: int) -> LaunchError:
