@@ -11,6 +11,7 @@ master's host). A team's queue (YARN) or ClusterQueue (Kueue) is named after the
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,30 +133,28 @@ def standalone_usage(spec: ClusterSpec, snap: StandaloneSnapshot) -> list[TeamUs
     return list(rows.values())
 
 
+def _queue_usage(
+    spec: ClusterSpec, figures: Mapping[str, tuple[float, int, int]]
+) -> list[TeamUsage]:
+    """Rows per team from ``queue name -> (GPUs used, running, pending)``; a team's queue is
+    named after the team."""
+    rows = _rows(spec)
+    for name, row in rows.items():
+        if name in figures:
+            row.gpus_in_use, row.running_apps, row.pending_apps = figures[name]
+    return list(rows.values())
+
+
 def yarn_usage(spec: ClusterSpec, queues: list[YarnQueue]) -> list[TeamUsage]:
     """Per team from the Capacity Scheduler's leaf queues (queue named after the team)."""
-    rows = _rows(spec)
-    by_name = {q.name: q for q in queues}
-    for name, row in rows.items():
-        queue = by_name.get(name)
-        if queue is not None:
-            row.gpus_in_use = queue.gpus_used
-            row.running_apps = queue.active_apps
-            row.pending_apps = queue.pending_apps
-    return list(rows.values())
+    figures = {q.name: (q.gpus_used, q.active_apps, q.pending_apps) for q in queues}
+    return _queue_usage(spec, figures)
 
 
 def kueue_usage(spec: ClusterSpec, queues: list[KueueQueue]) -> list[TeamUsage]:
     """Per team from the ClusterQueues (ClusterQueue named after the team)."""
-    rows = _rows(spec)
-    by_name = {q.name: q for q in queues}
-    for name, row in rows.items():
-        queue = by_name.get(name)
-        if queue is not None:
-            row.gpus_in_use = queue.used_gpus
-            row.running_apps = queue.admitted_workloads
-            row.pending_apps = queue.pending_workloads
-    return list(rows.values())
+    figures = {q.name: (q.used_gpus, q.admitted_workloads, q.pending_workloads) for q in queues}
+    return _queue_usage(spec, figures)
 
 
 def gpu_hours_query(window: str) -> str:
