@@ -25,6 +25,7 @@ __all__ = [
     "RecipeError",
     "SampleError",
     "SpecError",
+    "TableError",
     "VerifyFailed",
     "WindowError",
     "did_you_mean",
@@ -127,6 +128,11 @@ class WindowError(GpusparkError, ValueError):
 
 class PrepError(GpusparkError):
     """A preprocessing job cannot start or finish (bad source, destination or options)."""
+
+
+class TableError(GpusparkError, ValueError):
+    """A DataFrame or table dataset cannot be written or read as a table (a column type the
+    table format does not hold, a bad option)."""
 
 
 # --------------------------------------------------------------------------- loading

@@ -148,9 +148,10 @@ def write_dataframe(
     overwrite: bool = False,
     compression: str | None = None,
     provenance: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | Callable[[list[dict[str, Any]]], Mapping[str, Any]] | None = None,
     sample_fn: SampleFn | None = None,
     files: Mapping[str, bytes] | None = None,
+    partition_fn: PartitionFn | None = None,
 ) -> Manifest:
     """Write a Spark DataFrame as a gpuspark dataset: one shard per partition; return the manifest.
 
@@ -164,6 +165,11 @@ def write_dataframe(
     file-system path that the executors can reach. ``files`` (``{"name.ext": contents}``) are
     committed with the shards, before the manifest (listed in ``manifest.extra["files"]``,
     see :func:`gpuspark.data.write.commit.commit`).
+
+    ``partition_fn(shard index, Arrow batches)`` replaces the row-by-row path: it yields the
+    samples of its shard (e.g. blocks of rows) and :class:`Report` dicts; ``extra`` may then
+    be a callable on the winning attempts' reports, each with ``"shard"`` set to its shard's
+    path, run on the driver before the commit.
     """
     if compression not in fmt.CODECS:
         raise fmt.unknown_codec_error(compression)
@@ -189,6 +195,7 @@ def write_dataframe(
             provenance,
             extra,
             files,
+            partition_fn,
         )
 
 
@@ -204,8 +211,9 @@ def _write_spark(
     compression: str | None,
     sample_fn: SampleFn | None,
     provenance: Mapping[str, Any] | None,
-    extra: Mapping[str, Any] | None,
+    extra: Mapping[str, Any] | Callable[[list[dict[str, Any]]], Mapping[str, Any]] | None,
     files: Mapping[str, bytes] | None,
+    partition_fn: PartitionFn | None = None,
 ) -> Manifest:
     balance = num_shards is not None or world_size is not None or split_col is not None
     cached = balance and not df.storageLevel.useMemory and not df.storageLevel.useDisk
@@ -216,13 +224,20 @@ def _write_spark(
     try:
         planned, layout, keys = plan_dataframe(df, num_shards, world_size, split_col)
         names = [shard_name("part" if s is None else s, j, wid) for s, j in layout]
-        func = _task_writer(staging, names, keys, compression, sample_fn)
+        func = _task_writer(staging, names, keys, compression, sample_fn, partition_fn)
         results = planned.mapInArrow(func, _RESULT_DDL).collect()
     finally:
         if cached:
             df.unpersist()
     prov = _spark_provenance(df, provenance, "write_dataframe")
     manifest, staged = _staged_manifest(results, layout, names, staging, compression, prov)
+    if callable(extra):
+        reports = [
+            {**rep, "shard": names[r["partition"]]}
+            for r in results
+            for rep in json.loads(r["reports"])
+        ]
+        extra = extra(reports)
     manifest.extra.update(extra or {})
     if world_size:
         manifest.extra.setdefault("world_size", world_size)

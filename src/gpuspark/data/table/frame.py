@@ -1,0 +1,256 @@
+""":func:`from_dataframe`: a Spark DataFrame to training data, cached by its plan.
+
+The role Petastorm's ``make_spark_converter(df)`` played: materialise the DataFrame once as
+a table dataset (:func:`~gpuspark.data.table.write.write_table`), then hand out exact,
+resumable, rank-split readers (:class:`gpuspark.data.load.TableDataset`). The cache key is a
+hash of the DataFrame's analysed plan (expression ids removed), its input files (with sizes
+and modification times, so changed data is a new key), the plan's semantic hash where the
+plan holds in-memory data, and the options; a second call with the same DataFrame finds the
+committed dataset and starts no Spark job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpuspark import storage
+from gpuspark.data.table.columns import DEFAULT_BLOCK_ROWS, TABLE_VERSION, TableInfo
+from gpuspark.errors import TableError, did_you_mean
+
+__all__ = ["CACHE_ENV", "DataFrameShards", "FeaturesLabel", "cache_key", "from_dataframe"]
+
+CACHE_ENV = "GPUSPARK_CACHE_DIR"
+"""Environment variable naming the DataFrame cache folder (default: ``gpuspark-data/dataframes``
+under the working directory, the spec's default storage root)."""
+_EXPR_ID = re.compile(r"#\d+L?")
+_IN_MEMORY = ("LocalRelation", "LogicalRDD", "ExistingRDD", "InMemoryRelation")
+
+
+def _analysed_plan(df: Any) -> str:
+    """The analysed logical plan's text without expression ids (which differ between two
+    builds of the same DataFrame); from ``DataFrame.explain``, Spark's public view of it."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        df.explain(mode="extended")
+    text = buf.getvalue()
+    start = text.find("== Analyzed Logical Plan ==")
+    end = text.find("== Optimized Logical Plan ==")
+    section = text[start:end] if start >= 0 and end > start else text
+    return _EXPR_ID.sub("#", section)
+
+
+def _input_files(df: Any) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    for uri in sorted(df.inputFiles()):
+        entry: list[Any] = [uri]
+        with contextlib.suppress(OSError, ValueError):
+            st = os.stat(storage.local_path(uri))
+            entry += [st.st_size, st.st_mtime_ns]
+        out.append(entry)
+    return out
+
+
+def cache_key(df: Any, options: dict[str, Any]) -> str:
+    """The cache key of ``df`` written with ``options`` (hex, 24 characters)."""
+    plan = _analysed_plan(df)
+    parts: dict[str, Any] = {
+        "version": TABLE_VERSION,
+        "plan": plan,
+        "files": _input_files(df),
+        "options": options,
+    }
+    if any(word in plan for word in _IN_MEMORY):
+        parts["semantic_hash"] = int(df.semanticHash())
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _default_cache_dir() -> str:
+    return os.environ.get(CACHE_ENV) or os.path.abspath(os.path.join("gpuspark-data", "dataframes"))
+
+
+@dataclass
+class FeaturesLabel:
+    """A :class:`~gpuspark.data.load.TableDataset` transform: a batch of columns to
+    ``(features float32 tensor [n, d], label tensor [n])``; numbers are one feature each,
+    fixed-width arrays (vectors) ``d`` features; missing numbers become NaN."""
+
+    features: Sequence[str]
+    label: str | None = None
+
+    def __call__(self, batch: dict[str, Any]) -> Any:
+        import torch
+
+        parts = [_as_matrix(batch[name], name) for name in self.features]
+        x = torch.from_numpy(np.concatenate(parts, axis=1))
+        if self.label is None:
+            return x
+        y = (
+            np.ma.filled(batch[self.label], 0)
+            if np.ma.isMaskedArray(batch[self.label])
+            else batch[self.label]
+        )
+        return x, torch.from_numpy(np.ascontiguousarray(y))
+
+
+def _as_matrix(values: Any, name: str) -> np.ndarray:
+    if np.ma.isMaskedArray(values):
+        values = np.ma.filled(values.astype(np.float32), np.nan)
+    if values.dtype == object:
+        raise TableError(
+            f"feature column {name!r} holds strings, bytes or arrays of varying length",
+            remedy="encode it as numbers (e.g. StringIndexer, a fixed-size vector) or leave it out",
+        )
+    arr = np.asarray(values, dtype=np.float32)
+    return arr.reshape(len(arr), -1)
+
+
+@dataclass
+class DataFrameShards:
+    """A DataFrame materialised as a table dataset (:func:`from_dataframe`'s result)."""
+
+    path: str
+    key: str
+    manifest: Any
+    cached: bool
+    """True when the dataset came from the cache (no Spark job ran)."""
+    seconds: float
+    label: str | None = None
+    features: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        """Rows in the dataset."""
+        return TableInfo.from_manifest(self.manifest).rows
+
+    def dataset(self, *, tensors: bool | None = None, **kwargs: Any) -> Any:
+        """A :class:`gpuspark.data.load.TableDataset` over the rows (``kwargs`` go to it:
+        ``split``, ``shuffle``, ``seed``, ``world``...). With ``tensors`` (default: when a
+        ``label`` was given) batches are ``(features, label)`` tensors (:class:`FeaturesLabel`);
+        else dicts of column arrays."""
+        from gpuspark.data.load import TableDataset
+
+        if tensors is None:
+            tensors = self.label is not None
+        if tensors and "transform" not in kwargs:
+            kwargs["transform"] = FeaturesLabel(self.features, self.label)
+        return TableDataset(self.path, **kwargs)
+
+    def loader(self, batch_size: int, **kwargs: Any) -> Any:
+        """``self.dataset(...).loader(batch_size)``; ``kwargs`` split between the two as
+        their signatures say (``num_workers``, ``prefetch``, ``device`` go to the loader)."""
+        loader_keys = {"num_workers", "prefetch", "pin_memory", "device"}
+        lkw = {k: v for k, v in kwargs.items() if k in loader_keys}
+        dkw = {k: v for k, v in kwargs.items() if k not in loader_keys}
+        return self.dataset(**dkw).loader(batch_size, **lkw)
+
+    def delete(self) -> None:
+        """Remove the dataset's files (the cache entry or the given destination)."""
+        if storage.is_url(self.path):
+            fs, path = storage.filesystem(self.path)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+            return
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _selected(df: Any, label: str | None, features: Sequence[str] | None) -> tuple[Any, list[str]]:
+    names = list(df.columns)
+    wanted = list(features) if features is not None else [n for n in names if n != label]
+    for name in [*wanted, *([label] if label else [])]:
+        if name not in names:
+            raise TableError(
+                f"column {name!r} is not in the DataFrame{did_you_mean(name, names)}",
+                remedy="its columns: " + ", ".join(names),
+            )
+    if features is None and label is None:
+        return df, wanted
+    return df.select(*[df[n] for n in [*wanted, *([label] if label else [])]]), wanted
+
+
+def _committed(path: str) -> Any | None:
+    from gpuspark.data import format as fmt
+
+    try:
+        return fmt.load_manifest(path)
+    except (OSError, ValueError, fmt.NotADatasetError):
+        return None
+
+
+def from_dataframe(
+    df: Any,
+    dst: str | os.PathLike[str] | None = None,
+    *,
+    label: str | None = None,
+    features: Sequence[str] | None = None,
+    world_size: int | None = None,
+    num_shards: int | None = None,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    cache_dir: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    compression: str | None = None,
+) -> DataFrameShards:
+    """Materialise ``df`` as a table dataset and return it, ready for training.
+
+    ``label`` and ``features`` (default: every other column) select what is stored;
+    ``.dataset()`` then yields ``(features, label)`` tensors. With ``dst`` the dataset is
+    written there (``overwrite`` to replace one); without it, under ``cache_dir`` (default:
+    ``$GPUSPARK_CACHE_DIR``, else ``gpuspark-data/dataframes``) at a key computed from the
+    analysed plan and the options: a second call with the same DataFrame reuses the committed
+    dataset and starts no Spark job. Rows are split exactly across ranks by the reader, so
+    nothing is shuffled to balance them; ``world_size`` only spreads a DataFrame with fewer
+    partitions than ranks over ``world_size`` shards. ``num_shards`` deals the rows to that
+    many shards. The cache is shared with executors: ``cache_dir`` must be a path every
+    executor can write (a shared file system on a multi-host cluster).
+    """
+    t0 = time.monotonic()
+    if world_size is not None and world_size < 1:
+        raise TableError(f"world_size must be at least 1, got {world_size}")
+    selected, names = _selected(df, label, features)
+    if world_size and num_shards is None and selected.rdd.getNumPartitions() < world_size:
+        selected = selected.repartition(world_size)
+    options = {
+        "label": label,
+        "features": names,
+        "num_shards": num_shards,
+        "block_rows": block_rows,
+        "compression": compression,
+    }
+    key = cache_key(selected, options)
+    if dst is None:
+        root = os.path.join(os.fspath(cache_dir) if cache_dir else _default_cache_dir(), key)
+        manifest = _committed(root)
+        if manifest is not None and manifest.extra.get("dataframe", {}).get("key") == key:
+            return DataFrameShards(root, key, manifest, True, _since(t0), label, names)
+        overwrite = True  # a stale or half-written entry under this key is replaced
+    else:
+        root = os.fspath(dst)
+    from gpuspark.data.table.write import write_table
+
+    manifest = write_table(
+        selected,
+        root,
+        num_shards=num_shards,
+        block_rows=block_rows,
+        overwrite=overwrite,
+        compression=compression,
+        provenance={"job": "from_dataframe"},
+        extra={"dataframe": {"key": key, "label": label, "features": names}},
+    )
+    return DataFrameShards(root, key, manifest, False, _since(t0), label, names)
+
+
+def _since(t0: float) -> float:
+    return round(time.monotonic() - t0, 3)
