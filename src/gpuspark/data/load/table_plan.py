@@ -19,9 +19,8 @@ of window ``consumed // window``. Pure numpy; no file access.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
+import numpy.typing as npt
 
 from gpuspark.errors import LoaderError
 
@@ -43,9 +42,9 @@ class TablePlan:
 
     def __init__(
         self,
-        shards: Sequence[int],
-        records: Sequence[int],
-        rows: Sequence[int],
+        shards: npt.ArrayLike,
+        records: npt.ArrayLike,
+        rows: npt.ArrayLike,
         *,
         world_size: int = 1,
         seed: int = 0,
@@ -60,9 +59,9 @@ class TablePlan:
             raise ValueError(f"seed must be >= 0, got: {seed}")
         self.world_size, self.seed, self.epoch = world_size, seed, epoch
         self.shuffle, self.window, self.drop_last = shuffle, window, drop_last
-        order = np.arange(len(rows))
+        order = np.arange(np.size(rows))
         if shuffle:
-            order = np.random.default_rng((seed, epoch)).permutation(len(rows))
+            order = np.random.default_rng((seed, epoch)).permutation(np.size(rows))
         self.shards = np.asarray(shards, dtype=np.int64)[order]
         self.records = np.asarray(records, dtype=np.int64)[order]
         self.rows = np.asarray(rows, dtype=np.int64)[order]
