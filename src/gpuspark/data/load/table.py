@@ -22,7 +22,7 @@ from gpuspark.data.load.access import OpenShards
 from gpuspark.data.load.decode import decode_example_views
 from gpuspark.data.load.table_plan import DEFAULT_SHUFFLE_ROWS, TablePlan
 from gpuspark.data.load.world import World
-from gpuspark.data.table import TableColumn, TableInfo, decode_block
+from gpuspark.data.table import BlockParts, TableColumn, TableInfo, decode_parts, number_index
 from gpuspark.errors import LoaderError, TableError, did_you_mean
 
 if TYPE_CHECKING:
@@ -255,43 +255,86 @@ def _select_shards(manifest: fmt.Manifest, split: str | None, root: str) -> list
 
 
 class _WindowReader:
-    """Reads the blocks of one shuffle window and returns its rows as column arrays."""
+    """Reads the blocks of one shuffle window and returns its rows as column arrays.
+
+    Number columns travel as their blocks' per-dtype matrices: one concatenation and one
+    row permutation per dtype for the whole window, then each column is a view of its
+    matrix (a wide table costs a few array operations per window, not a few per column).
+    """
 
     def __init__(self, ds: TableDataset) -> None:
         self.ds = ds
         self.names = [c.name for c in ds.columns]
+        index = number_index(ds.info.columns)
+        self.numbers = {n: index[n] for n in self.names if n in index}
         blocks_per_window = max(1, ds.shuffle_rows // max(1, ds.info.block_rows))
         self.shards = OpenShards(ds.root, ds.shards, None, blocks_per_window)
         self.codec = ds.manifest.compression
-        self._last: tuple[tuple[int, int], Batch] | None = None
+        self._last: tuple[tuple[int, int], BlockParts] | None = None
 
-    def block(self, shard: int, record: int) -> Batch:
-        """The decoded columns of one block (the last one is kept: windows share blocks)."""
+    def block(self, shard: int, record: int) -> BlockParts:
+        """The decoded parts of one block (the last one is kept: windows share blocks)."""
         if self._last is not None and self._last[0] == (shard, record):
             return self._last[1]
         payload = self.shards.payload(shard, record, self.ds.verify_crc)
         sample = decode_example_views(fmt.decompress(payload, self.codec))
-        cols = decode_block(sample, self.ds.columns, self.names)
-        self._last = ((shard, record), cols)
-        return cols
+        parts = decode_parts(sample, self.ds.info.columns, self.names)
+        self._last = ((shard, record), parts)
+        return parts
 
     def window(self, plan: TablePlan, rank: int, k: int) -> Batch:
         """Rows of window ``k`` of ``rank``, in the window's (shuffled) order; fresh arrays
         (nothing points into the mapped shards but the items of object arrays)."""
         begin, end = plan.window_range(k)
-        parts = []
-        for shard, record, lo, hi in plan.pieces(rank, begin, end):
-            cols = self.block(shard, record)
-            parts.append({n: cols[n][lo:hi] for n in self.names})
-        out = concat_columns(parts, copy=True)
+        blocks = [
+            (self.block(shard, record), lo, hi)
+            for shard, record, lo, hi in plan.pieces(rank, begin, end)
+        ]
         perm = plan.window_perm(rank, k)
-        if perm is not None:
-            out = {n: v[perm] for n, v in out.items()}
+        others = concat_columns(
+            [{n: v[lo:hi] for n, v in b.others.items()} for b, lo, hi in blocks], copy=True
+        )
+        out = {n: v if perm is None else v[perm] for n, v in others.items()}
+        out.update(self._numbers(blocks, perm))
+        return {n: out[n] for n in self.names}
+
+    def _numbers(self, blocks: list[tuple[BlockParts, int, int]], perm: Any) -> Batch:
+        matrices = {
+            dtype: _gather([b.matrices[dtype][lo:hi] for b, lo, hi in blocks], perm)
+            for dtype in {d for d, _j in self.numbers.values()}
+        }
+        out: Batch = {}
+        for name, (dtype, j) in self.numbers.items():
+            column = matrices[dtype][:, j]
+            if any(name in b.masks for b, _lo, _hi in blocks):
+                mask = np.concatenate(
+                    [
+                        b.masks[name][lo:hi] if name in b.masks else np.zeros(hi - lo, dtype=bool)
+                        for b, lo, hi in blocks
+                    ]
+                )
+                column = np.ma.masked_array(column, mask if perm is None else mask[perm])
+            out[name] = column
         return out
 
     def close(self) -> None:
         self._last = None
         self.shards.close()
+
+
+def _gather(parts: list[np.ndarray], perm: np.ndarray | None) -> np.ndarray:
+    """``concatenate(parts)[perm]`` in one copy: each part's rows are scattered straight to
+    their places in the permuted output."""
+    if perm is None:
+        return np.concatenate(parts)
+    where = np.empty_like(perm)
+    where[perm] = np.arange(len(perm))  # where[i]: output row of input row i
+    out = np.empty((len(perm), *parts[0].shape[1:]), dtype=parts[0].dtype)
+    start = 0
+    for part in parts:
+        out[where[start : start + len(part)]] = part
+        start += len(part)
+    return out
 
 
 def concat_columns(parts: Sequence[Batch], copy: bool = False) -> Batch:

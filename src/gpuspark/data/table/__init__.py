@@ -18,7 +18,14 @@ the module layout behind it may change.
 
 from __future__ import annotations
 
-from gpuspark.data.table.blocks import decode_block, encode_block, rechunk
+from gpuspark.data.table.blocks import (
+    BlockParts,
+    decode_block,
+    decode_parts,
+    encode_block,
+    number_index,
+    rechunk,
+)
 from gpuspark.data.table.columns import (
     COLUMN_KINDS,
     DEFAULT_BLOCK_ROWS,
@@ -44,6 +51,7 @@ __all__ = [
     "COLUMN_KINDS",
     "DEFAULT_BLOCK_ROWS",
     "TABLE_VERSION",
+    "BlockParts",
     "DataFrameShards",
     "FeaturesLabel",
     "TableColumn",
@@ -51,9 +59,11 @@ __all__ = [
     "TableInfo",
     "cache_key",
     "decode_block",
+    "decode_parts",
     "encode_block",
     "from_dataframe",
     "is_table",
+    "number_index",
     "rechunk",
     "table_columns",
     "vectors_as_arrays",

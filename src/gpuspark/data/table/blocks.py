@@ -7,7 +7,9 @@ of ``b`` rows, each column ``NAME`` is stored as (through the ordinary Example c
 ======================  =========================================================================
 column kind             stored as
 ======================  =========================================================================
-``number``              numpy array ``NAME`` [b] of the column's dtype (exact values)
+``number``              column j of ``#DTYPE``: one numpy array [b, k] per dtype holding the
+                        table's k number columns of that dtype, in table order (exact values;
+                        one feature instead of k, which is what makes wide tables fast)
 ``string`` / ``binary``  ``NAME``: list of b ``str`` / ``bytes``
 ``array`` (numbers)     numpy array [b, d] when every row has length d and none is null; else the
                         values flattened [sum of lengths] plus ``NAME#len`` (int32 [b])
@@ -21,6 +23,7 @@ slot holds 0, ``""``, ``b""`` or an empty list.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,10 +31,12 @@ import numpy as np
 from gpuspark.data.table.columns import TableColumn
 from gpuspark.errors import TableError
 
-__all__ = ["decode_block", "encode_block", "rechunk"]
+__all__ = ["BlockParts", "decode_block", "decode_parts", "encode_block", "number_index", "rechunk"]
 
 LEN = "#len"
 NULL = "#null"
+NUMBERS = "#"
+"""Prefix of the per-dtype matrices of number columns (``#float64``, ``#int32``, ...)."""
 
 
 def rechunk(batches: Iterable[Any], rows: int) -> Iterator[Any]:
@@ -67,20 +72,26 @@ def encode_block(batch: Any, columns: Sequence[TableColumn]) -> dict[str, Any]:
     """The sample (for :func:`gpuspark.data.format.encode_example`) of an Arrow record batch
     holding ``columns``."""
     out: dict[str, Any] = {}
+    numbers: dict[str, list[np.ndarray]] = {}
     for col in columns:
         values = batch.column(batch.schema.get_field_index(col.name))
         if values.null_count:
             out[col.name + NULL] = np.asarray(values.is_null().to_numpy(zero_copy_only=False))
-        _ENCODERS[col.kind](out, col, values)
+        if col.kind == "number":
+            numbers.setdefault(str(col.dtype), []).append(_number_values(col, values))
+        else:
+            _ENCODERS[col.kind](out, col, values)
+    for dtype, arrays in numbers.items():
+        out[NUMBERS + dtype] = np.stack(arrays, axis=1)
     return out
 
 
-def _encode_number(out: dict[str, Any], col: TableColumn, values: Any) -> None:
+def _number_values(col: TableColumn, values: Any) -> np.ndarray:
     import pyarrow.compute as pc
 
     if values.null_count:
         values = pc.fill_null(values, False if col.dtype == "bool" else 0)
-    out[col.name] = np.asarray(values.to_numpy(zero_copy_only=False), dtype=col.dtype)
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=col.dtype)
 
 
 def _encode_text(out: dict[str, Any], col: TableColumn, values: Any) -> None:
@@ -130,7 +141,6 @@ def _encode_string_array(out: dict[str, Any], col: TableColumn, values: Any) -> 
 
 
 _ENCODERS = {
-    "number": _encode_number,
     "string": _encode_text,
     "binary": _encode_text,
     "array": _encode_array,
@@ -152,15 +162,66 @@ def decode_block(
     """
     wanted = None if names is None else set(names)
     out: dict[str, Any] = {}
+    position = _number_positions(columns)
     for col in columns:
         if wanted is not None and col.name not in wanted:
             continue
-        value = _DECODERS[col.kind](sample, col)
+        if col.kind == "number":
+            value = np.asarray(sample[NUMBERS + str(col.dtype)])[:, position[col.name]]
+        else:
+            value = _DECODERS[col.kind](sample, col)
         nulls = sample.get(col.name + NULL)
         if nulls is not None:
             value = _with_nulls(value, np.asarray(nulls, dtype=bool), col.kind)
         out[col.name] = value
     return out
+
+
+def _number_positions(columns: Sequence[TableColumn]) -> dict[str, int]:
+    """Each number column's index in its dtype's matrix (counting every number column)."""
+    return {name: j for name, (_dtype, j) in number_index(columns).items()}
+
+
+def number_index(columns: Sequence[TableColumn]) -> dict[str, tuple[str, int]]:
+    """``name -> (dtype, j)``: where each number column lives in a block (column ``j`` of
+    the ``#dtype`` matrix)."""
+    seen: dict[str, int] = {}
+    out: dict[str, tuple[str, int]] = {}
+    for col in columns:
+        if col.kind == "number":
+            j = seen.get(str(col.dtype), 0)
+            out[col.name] = (str(col.dtype), j)
+            seen[str(col.dtype)] = j + 1
+    return out
+
+
+@dataclass
+class BlockParts:
+    """A block as its readers' fast path needs it: the number matrices whole (one per dtype,
+    rows x number columns of that dtype), the null masks of number columns that have nulls in
+    this block, and every other selected column decoded as :func:`decode_block` does."""
+
+    matrices: dict[str, np.ndarray]
+    masks: dict[str, np.ndarray]
+    others: dict[str, Any]
+
+
+def decode_parts(
+    sample: dict[str, Any], columns: Sequence[TableColumn], names: Iterable[str] | None = None
+) -> BlockParts:
+    """A decoded block record as :class:`BlockParts` (``names`` selects columns; the matrices
+    of the selected number columns' dtypes are returned whole)."""
+    wanted = None if names is None else set(names)
+    selected = [c for c in columns if wanted is None or c.name in wanted]
+    numbers = [c for c in selected if c.kind == "number"]
+    matrices = {str(c.dtype): np.asarray(sample[NUMBERS + str(c.dtype)]) for c in numbers}
+    masks = {
+        c.name: np.asarray(sample[c.name + NULL], dtype=bool)
+        for c in numbers
+        if c.name + NULL in sample
+    }
+    others = decode_block(sample, columns, [c.name for c in selected if c.kind != "number"])
+    return BlockParts(matrices, masks, others)
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -169,19 +230,21 @@ def _as_list(value: Any) -> list[Any]:
     return [value]
 
 
-def _decode_number(sample: dict[str, Any], col: TableColumn) -> Any:
-    return np.asarray(sample[col.name], dtype=col.dtype)
-
-
 def _decode_text(sample: dict[str, Any], col: TableColumn) -> Any:
     items = _as_list(sample[col.name])
     if col.kind == "string":
-        items = [v.decode() if isinstance(v, (bytes, memoryview)) else v for v in items]
+        items = [_text(v) for v in items]
     else:
         items = [bytes(v) if isinstance(v, memoryview) else v for v in items]
     arr = np.empty(len(items), dtype=object)
     arr[:] = items
     return arr
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, memoryview):
+        value = bytes(value)
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _decode_array(sample: dict[str, Any], col: TableColumn) -> Any:
@@ -196,7 +259,7 @@ def _decode_string_array(sample: dict[str, Any], col: TableColumn) -> Any:
     raw = sample[col.name]
     items = [] if isinstance(raw, list) and not raw else _as_list(raw)
     flat = np.empty(len(items), dtype=object)
-    flat[:] = [v.decode() if isinstance(v, (bytes, memoryview)) else v for v in items]
+    flat[:] = [_text(v) for v in items]
     return _split(flat, np.asarray(sample[col.name + LEN]))
 
 
@@ -217,7 +280,6 @@ def _with_nulls(value: np.ndarray, nulls: np.ndarray, kind: str) -> Any:
 
 
 _DECODERS = {
-    "number": _decode_number,
     "string": _decode_text,
     "binary": _decode_text,
     "array": _decode_array,

@@ -26,9 +26,10 @@ __all__ = [
 ]
 
 TABLE_VERSION = 1
-DEFAULT_BLOCK_ROWS = 1024
-"""Rows per record: large enough that decoding is a few ``np.frombuffer`` calls per thousand
-rows, small enough that block-level shuffling mixes well."""
+DEFAULT_BLOCK_ROWS = 4096
+"""Rows per record: large enough that the per-record costs (protobuf walk, CRC call) vanish
+next to the rows' bytes (``benchmarks/bench_dataframe.py``), small enough that the reader's
+block order plus row shuffle within windows of several blocks mixes well."""
 COLUMN_KINDS = ("number", "string", "binary", "array", "string_array")
 
 _NUMBERS = {

@@ -93,8 +93,7 @@ class FeaturesLabel:
     def __call__(self, batch: dict[str, Any]) -> Any:
         import torch
 
-        parts = [_as_matrix(batch[name], name) for name in self.features]
-        x = torch.from_numpy(np.concatenate(parts, axis=1))
+        x = torch.from_numpy(_features_matrix(batch, self.features))
         if self.label is None:
             return x
         y = (
@@ -103,6 +102,25 @@ class FeaturesLabel:
             else batch[self.label]
         )
         return x, torch.from_numpy(np.ascontiguousarray(y))
+
+
+def _features_matrix(batch: dict[str, Any], names: Sequence[str]) -> np.ndarray:
+    """The float32 matrix [n, d] of ``names``; runs of plain 1-D number columns are stacked
+    in one call (the common wide-table case), anything else column by column."""
+    parts: list[np.ndarray] = []
+    run: list[np.ndarray] = []
+    for name in names:
+        values = batch[name]
+        if values.ndim == 1 and values.dtype != object and not np.ma.isMaskedArray(values):
+            run.append(values)
+            continue
+        if run:
+            parts.append(np.stack(run, axis=1, dtype=np.float32, casting="same_kind"))
+            run = []
+        parts.append(_as_matrix(values, name))
+    if run:
+        parts.append(np.stack(run, axis=1, dtype=np.float32, casting="same_kind"))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
 
 def _as_matrix(values: Any, name: str) -> np.ndarray:
