@@ -49,7 +49,7 @@ def _synth(rows: int, seed: int = 7) -> dict[str, Any]:
     ).astype(np.float32)
     c = np.column_stack([rng.integers(1, 5, rows), rng.integers(1, 4, rows)]).astype(np.int32)
     z = (
-        -4.0
+        -5.6
         - 1.6 * (np.log(x[:, 0]) - 10.5) / 0.6
         + 9.0 * (x[:, 1] - 0.29)
         - 0.04 * (x[:, 2] - 45)
@@ -294,7 +294,7 @@ def test_two_ranks_reach_auc_on_known_signal(tmp_path: Path) -> None:
     bayes = recipes.roc_auc(data["logit"], data["label"])
     assert bayes is not None and bayes > 0.9  # the signal is learnable
     cfg = RecipeConfig(
-        data=path, epochs=6, batch_size=256, lr=3e-3, threads=1, out=str(tmp_path / "out")
+        data=path, epochs=4, batch_size=256, lr=3e-3, threads=1, out=str(tmp_path / "out")
     )
     t0 = time.perf_counter()
     summary = recipes.run("tabular", cfg, num_processes=2, local=True, timeout=120)
@@ -308,3 +308,22 @@ def test_two_ranks_reach_auc_on_known_signal(tmp_path: Path) -> None:
     assert summary.best["val_samples"] == summary.splits["val"]
     assert (tmp_path / "out" / "best.pt").exists()
     assert elapsed <= 40, f"{elapsed:.1f} s"
+
+
+def test_cli_uses_recipe_defaults_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuspark.cli.main import main
+
+    seen: list[RecipeConfig] = []
+
+    def capture(_name: str, cfg: RecipeConfig, **_kw: Any) -> Any:
+        seen.append(cfg)
+        raise RecipeError("captured")  # stop before any rank starts
+
+    monkeypatch.setattr(recipes, "run", capture)
+    assert main(["train", "tabular", "--data", "d", "--hidden", "64"]) == 1
+    assert main(["train", "tabular", "--data", "d", "--batch-size", "32", "--lr", "0.01"]) == 1
+    assert main(["train", "resnet2d", "--data", "d"]) == 1
+    tab, given, resnet = seen
+    assert (tab.batch_size, tab.lr, tab.hidden, tab.class_weights) == (512, 1e-3, 64, True)
+    assert (given.batch_size, given.lr) == (32, 0.01)
+    assert (resnet.batch_size, resnet.epochs) == (8, 10)
