@@ -191,14 +191,14 @@ def test_loss_uses_class_weights(small: str) -> None:
 
     manifest = fmt.load_manifest(small)
     counts = manifest.extra["tabular"]["label_counts"]
-    loss = recipes.get_recipe("tabular").loss(RecipeConfig(data=small), manifest)  # type: ignore[misc]
+    make_loss = recipes.get_recipe("tabular").loss
+    assert make_loss is not None
+    loss = make_loss(RecipeConfig(data=small), manifest)
     assert loss.weights[1] / loss.weights[0] == pytest.approx(counts[0] / counts[1], rel=1e-5)
     logits, y = torch.zeros(2, 2), torch.tensor([0, 1])
     expected = torch.nn.functional.cross_entropy(logits, y, weight=torch.tensor(loss.weights))
     assert float(loss(logits, y)) == pytest.approx(float(expected))
-    flat = recipes.get_recipe("tabular").loss(
-        RecipeConfig(data=small, class_weights=False), manifest
-    )  # type: ignore[misc]
+    flat = make_loss(RecipeConfig(data=small, class_weights=False), manifest)
     assert flat.weights == pytest.approx([1.0, 1.0])
 
 
