@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuspark-installed
 TORCH_CPU := torch==2.13.0
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 
 .PHONY: setup test test-all demo lint java monitoring-tools clean
 

@@ -257,6 +257,27 @@ def test_doctor_on_the_embedded_cluster(
     assert checks["training capacity"]["status"] == "ok"
 
 
+@pytest.mark.spark
+def test_doctor_probe_times_an_allreduce_through_the_launcher(
+    local_cluster: Any, spark: Any, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from gpuspark.cli.main import main
+
+    monkeypatch.setenv("GPUSPARK_STATE_DIR", str(local_cluster.state_dir))
+    monkeypatch.delenv("GPUSPARK_SPEC", raising=False)
+    code = main(["doctor", "--json", "--world-size", "2", "--probe"])
+    out = capsys.readouterr().out
+    checks = {c["name"]: c for c in json.loads(out[out.index("{") :])["checks"]}
+    probe = checks["collective probe"]
+    assert code == 0, probe
+    # two gloo ranks on this one machine: measured, and said not to cross the network
+    assert probe["status"] == "info" and "one host" in probe["evidence"]
+    assert "allreduce 16 MiB over 2 ranks (gloo): busbw" in probe["evidence"]
+    busbw = float(probe["evidence"].split("busbw ")[1].split(" GB/s")[0])
+    assert busbw > 0
+
+
 def _other_python(where: Path) -> str:
     """A second interpreter: a venv (its own sys.executable) that sees this one's packages."""
     import site

@@ -10,6 +10,7 @@ one tiny Python job with a task per executor slot.
 from __future__ import annotations
 
 import socket
+import sys
 import urllib.request
 import uuid
 from pathlib import Path
@@ -62,8 +63,18 @@ def run_checks(
     if probe:
         from gpuspark.doctor.probe import run_probe
 
-        report.add(run_probe(spec, master, world_size))
+        report.add(run_probe(spec, master, world_size, spark=_active_session()))
     return report
+
+
+def _active_session() -> Any:
+    """This process's active SparkSession (a notebook's, a test's), else None: the probe
+    then runs on it instead of building a second session next to it."""
+    if "pyspark.sql" not in sys.modules:
+        return None
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
 
 
 def cluster_checks(spec: Any, master: str | None, world_size: int | None) -> list[Check]:

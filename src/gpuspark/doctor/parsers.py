@@ -26,6 +26,7 @@ _GPU_ROW = re.compile(
     r"^\|\s+(\d+)\s+(.+?)\s+(?:On|Off)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f:.]+)\s+\S+\s*\|"
     r"\s*(\S+)\s*\|$"
 )
+_MEMORY = re.compile(r"\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|")
 _KV = re.compile(r"^(\s*)(\S.*?)\s*: (.*)$")
 _HEADER = re.compile(r"^(\s*)(\S.*?)\s*$")
 
@@ -40,7 +41,10 @@ class SmiSummary:
     gpus: list[str] = field(default_factory=list)
     """GPU names by index (names may be cut short with ``...`` by the table)."""
     volatile_uncorrectable: list[int | None] = field(default_factory=list)
-    """The table's "Volatile Uncorr. ECC" column per GPU (``None``: N/A)."""
+    """The table's "Volatile Uncorr. ECC" column per GPU (``None``: ``N/A``, or ``Off`` when ECC
+    is disabled)."""
+    memory_total_mib: list[int | None] = field(default_factory=list)
+    """Each GPU's memory (the ``Memory-Usage`` column's total) in MiB (``None``: not shown)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,10 @@ class GpuHealth:
     """Remapped Rows / Pending: a reset is needed for the remap to take effect (Ampere+)."""
     remap_failure: bool | None = None
     """Remapped Rows / Remapping Failure Occurred: the GPU qualifies for NVIDIA's RMA check."""
+    remapped_uncorrectable: int | None = None
+    """Remapped Rows / Uncorrectable Error: rows remapped for uncorrectable errors so far."""
+    reset_required: bool | None = None
+    """GPU Reset Status / Reset Required (drivers 535+; ``None``: not reported)."""
 
 
 @dataclass(frozen=True)
@@ -78,18 +86,26 @@ class IbPort:
 
 
 def parse_nvidia_smi(text: str) -> SmiSummary:
-    """The default ``nvidia-smi`` table -> :class:`SmiSummary`."""
+    """The default ``nvidia-smi`` table -> :class:`SmiSummary`.
+
+    Reads the rows that name a GPU (index, name, persistence mode, bus id) in every layout
+    (470's narrow table, 535's, 550+'s wider Bus-Id column); the "MIG devices" and "Processes"
+    tables have no such rows. The memory total comes from the line after a GPU's row."""
     driver = _DRIVER.search(text)
     cuda = _CUDA.search(text)
     gpus: list[str] = []
     ecc: list[int | None] = []
-    for line in text.splitlines():
-        row = _GPU_ROW.match(line.rstrip())
+    memory: list[int | None] = []
+    lines = [line.rstrip() for line in text.splitlines()]
+    for i, line in enumerate(lines):
+        row = _GPU_ROW.match(line)
         if row:
             gpus.append(row.group(2))
             ecc.append(_int(row.group(4)))
+            used = _MEMORY.search(lines[i + 1]) if i + 1 < len(lines) else None
+            memory.append(int(used.group(2)) if used else None)
     return SmiSummary(
-        driver.group(1) if driver else None, cuda.group(1) if cuda else None, gpus, ecc
+        driver.group(1) if driver else None, cuda.group(1) if cuda else None, gpus, ecc, memory
     )
 
 
@@ -166,6 +182,8 @@ def _gpu_health(bus_id: str, rows: list[tuple[tuple[str, ...], str]]) -> GpuHeal
         retired_pending=_yes(get(("Retired Pages", "Pending Page Blacklist"))),
         remap_pending=_yes(get(("Remapped Rows", "Pending"))),
         remap_failure=_yes(get(("Remapped Rows", "Remapping Failure Occurred"))),
+        remapped_uncorrectable=_int(get(("Remapped Rows", "Uncorrectable Error")) or ""),
+        reset_required=_yes(get(("GPU Reset Status", "Reset Required"))),
     )
 
 
@@ -179,37 +197,49 @@ def parse_query_csv(text: str) -> list[dict[str, str]]:
     return [dict(zip(keys, (v.strip() for v in ln.split(",")), strict=False)) for ln in lines[1:]]
 
 
+_IB_HEADER = re.compile(r"^(?:CA|Switch|Router|iWARP RNIC|\?\?\?):? '([^']+)'$")
+_IB_PORT = re.compile(r"^Port (\d+):$")
+_IB_PORT_FIELDS = frozenset(
+    {"State", "Physical state", "Rate", "Base lid", "LMC", "SM lid", "Capability mask"}
+    | {"Port GUID", "Link layer"}
+)
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)")
+
+
 def parse_ibstat(text: str) -> list[IbPort]:
-    """``ibstat`` -> one :class:`IbPort` per port of every CA (ports are the lines indented
-    under ``Port N:``; CA-level fields such as ``Firmware version`` are not port fields)."""
+    """``ibstat`` (all CAs) or ``ibstat CA PORT`` (one port) -> one :class:`IbPort` per port.
+
+    A port's fields are the known port keys after its ``Port N:`` line, whatever the
+    indentation: ibstat writes tabs, but pasted or logged copies often carry spaces, and the
+    one-port form has none. CA-level fields (``Firmware version``...) come before the first
+    port, and other lines (``ibpanic: ...`` from stderr) are ignored."""
     found: list[tuple[str, dict[str, str]]] = []
     ca = ""
     fields: dict[str, str] | None = None
     for raw in text.splitlines():
         line = raw.strip()
-        depth = len(raw) - len(raw.lstrip("\t"))
-        if line.startswith("CA '"):
-            ca, fields = line[4:].rstrip("'"), None
-        elif re.fullmatch(r"Port \d+:", line):
-            fields = {"port": line[5:-1]}
+        header = _IB_HEADER.match(line)
+        port = _IB_PORT.match(line)
+        if header:
+            ca, fields = header.group(1), None
+        elif port:
+            fields = {"port": port.group(1)}
             found.append((ca, fields))
-        elif fields is not None and depth >= 2 and ": " in line:
+        elif fields is not None and ": " in line:
             key, value = line.split(": ", 1)
-            fields[key] = value
+            if key in _IB_PORT_FIELDS:
+                fields[key] = value.strip()
     return [_port(name, f) for name, f in found]
 
 
 def _port(ca: str, fields: dict[str, str]) -> IbPort:
-    rate = fields.get("Rate")
-    try:
-        gbps = float(rate) if rate is not None else None
-    except ValueError:
-        gbps = None
+    """``Rate`` is Gb/s: ``2.5`` for 1x SDR, ``40 (FDR10)`` for FDR10 links."""
+    rate = _RATE.match(fields.get("Rate", ""))
     return IbPort(
         ca=ca,
         port=int(fields["port"]),
         state=fields.get("State", ""),
         physical_state=fields.get("Physical state", ""),
-        rate_gbps=gbps,
+        rate_gbps=float(rate.group(1)) if rate else None,
         link_layer=fields.get("Link layer", ""),
     )

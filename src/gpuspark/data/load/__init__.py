@@ -9,7 +9,10 @@ The public face of the loader side; the modules behind it, one job each:
 - :mod:`~gpuspark.data.load.cache`: the node-local cache of remote shards;
 - :mod:`~gpuspark.data.load.decode`: stored samples to model input (:class:`ImageDecode`);
 - :mod:`~gpuspark.data.load.dataset`: :class:`ShardDataset`, the ``IterableDataset``;
-- :mod:`~gpuspark.data.load.loader`: :class:`Loader`, batches prepared ahead of the loop.
+- :mod:`~gpuspark.data.load.loader`: :class:`Loader`, batches prepared ahead of the loop;
+- :mod:`~gpuspark.data.load.table`: :class:`TableDataset`, batches of rows of table datasets
+  (:mod:`gpuspark.data.table`), planned by :mod:`~gpuspark.data.load.table_plan` and
+  prefetched by :class:`TableLoader` (:mod:`~gpuspark.data.load.table_loader`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from gpuspark.data.load.decode import (
 )
 from gpuspark.data.load.loader import Loader, collate
 from gpuspark.data.load.plan import DEFAULT_SHUFFLE_WINDOW, EpochPlan, LoaderError, worker_batches
+from gpuspark.data.load.table import TableDataset
+from gpuspark.data.load.table_loader import TableLoader
 from gpuspark.data.load.world import World
 
 __all__ = [
@@ -37,6 +42,8 @@ __all__ = [
     "LoaderError",
     "ShardCache",
     "ShardDataset",
+    "TableDataset",
+    "TableLoader",
     "World",
     "collate",
     "decode_example_views",

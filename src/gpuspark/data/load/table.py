@@ -1,0 +1,319 @@
+"""``TableDataset``: exact, resumable, vectorised reading of table datasets for DDP training.
+
+A table dataset stores blocks of rows column by column (:mod:`gpuspark.data.table`); this
+reader turns a shuffle window of blocks into column arrays with a few numpy calls and cuts
+them into batches ``{column: array}`` (or ``transform(batch)``). The epoch's order and exact
+split come from :class:`~gpuspark.data.load.table_plan.TablePlan`, from the manifest only.
+
+Resume: :meth:`TableDataset.state_dict` is ``(epoch, seed, consumed)``; iteration continues
+at row ``consumed`` of this rank's stream without reading the rows before it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuspark.data import format as fmt
+from gpuspark.data.load.access import OpenShards
+from gpuspark.data.load.decode import decode_example_views
+from gpuspark.data.load.table_plan import DEFAULT_SHUFFLE_ROWS, TablePlan
+from gpuspark.data.load.world import World
+from gpuspark.data.table import TableColumn, TableInfo, decode_block
+from gpuspark.errors import LoaderError, TableError, did_you_mean
+
+if TYPE_CHECKING:
+    from gpuspark.data.load.table_loader import TableLoader
+
+__all__ = ["TableDataset", "concat_columns"]
+
+Batch = dict[str, Any]
+
+
+class TableDataset:
+    """Batches of rows of a table dataset (local path or fsspec URL), split exactly across
+    ranks (see :mod:`gpuspark.data.load.table_plan`).
+
+    ``columns`` selects columns (default: all); ``split`` reads that split's shards only.
+    Batches are dicts of arrays: numbers 1-D (a ``numpy.ma`` masked array when the rows read
+    together hold a null), fixed-width arrays 2-D, strings / binaries / ragged arrays numpy
+    object arrays; ``transform(batch)`` replaces the dict when given (e.g.
+    :class:`gpuspark.data.table.FeaturesLabel`). ``shuffle_rows`` is the row-shuffle window.
+    ``world`` overrides detection (tests, custom launchers).
+    """
+
+    def __init__(
+        self,
+        path_or_url: str | os.PathLike[str],
+        *,
+        columns: Sequence[str] | None = None,
+        split: str | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+        shuffle_rows: int = DEFAULT_SHUFFLE_ROWS,
+        transform: Callable[[Batch], Any] | None = None,
+        world: World | None = None,
+        verify_crc: bool = True,
+    ) -> None:
+        self.root = fmt.dataset_root(os.fspath(path_or_url))
+        self.manifest = fmt.load_manifest(self.root)
+        self.info = TableInfo.from_manifest(self.manifest)
+        self.shards = _select_shards(self.manifest, split, self.root)
+        self.split = split
+        names = list(columns) if columns is not None else [c.name for c in self.info.columns]
+        self.columns: tuple[TableColumn, ...] = tuple(self.info.column(n) for n in names)
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.shuffle_rows = shuffle_rows
+        self.transform = transform
+        self.verify_crc = verify_crc
+        self._world = world
+        self._blocks = self._block_table()
+        self.epoch = 0
+        self.consumed = 0
+        self._plan: tuple[tuple[int, int, int], TablePlan] | None = None
+        self.plan()  # validates the sizes against the world now
+
+    def _block_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        shards, records, rows = [], [], []
+        for i, shard in enumerate(self.shards):
+            if shard.path not in self.info.shard_rows:
+                raise TableError(
+                    f"{self.root}: shard {shard.path} has no row count in manifest.extra['table']",
+                    remedy="the manifest does not match the shards; rewrite the dataset",
+                )
+            sizes = self.info.block_sizes(shard.path, shard.records)
+            shards.append(np.full(len(sizes), i, dtype=np.int64))
+            records.append(np.arange(len(sizes), dtype=np.int64))
+            rows.append(np.asarray(sizes, dtype=np.int64))
+        empty = np.zeros(0, dtype=np.int64)
+        return tuple(np.concatenate(x) if x else empty for x in (shards, records, rows))  # type: ignore[return-value]
+
+    # -- world and plan -------------------------------------------------------------------
+
+    @property
+    def world(self) -> World:
+        """This process's world: as given, else detected (torch.distributed, environment)."""
+        return self._world if self._world is not None else World.detect().with_worker(0, 1)
+
+    def plan(self, epoch: int | None = None) -> TablePlan:
+        """The :class:`TablePlan` of ``epoch`` (default: the current one) for this world."""
+        epoch = self.epoch if epoch is None else epoch
+        key = (epoch, self.seed, self.world.world_size)
+        if self._plan is None or self._plan[0] != key:
+            shards, records, rows = self._blocks
+            plan = TablePlan(
+                shards,
+                records,
+                rows,
+                world_size=key[2],
+                seed=self.seed,
+                epoch=epoch,
+                shuffle=self.shuffle,
+                window=self.shuffle_rows,
+                drop_last=self.drop_last,
+            )
+            self._plan = (key, plan)
+        return self._plan[1]
+
+    @property
+    def rows(self) -> int:
+        """Rows of the dataset (of ``split`` when given): ``N``."""
+        return int(self._blocks[2].sum())
+
+    @property
+    def samples_per_rank(self) -> int:
+        """Rows each rank reads per epoch (equal on every rank)."""
+        return self.plan().per_rank
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (its own order). Calling it with the current epoch keeps the
+        position, so resumed code can call it unconditionally at the top of each epoch."""
+        if epoch != self.epoch:
+            self.epoch, self.consumed = epoch, 0
+
+    def begin_epoch(self) -> None:
+        """Called when iteration starts: a finished epoch rolls over to the next one."""
+        if self.consumed >= self.samples_per_rank:
+            self.epoch, self.consumed = self.epoch + 1, 0
+
+    # -- resume ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Position in the epoch: ``epoch``, ``seed``, ``consumed`` (rows of this rank's
+        stream already delivered), and the world size and rows it refers to."""
+        return {
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "consumed": self.consumed,
+            "world_size": self.world.world_size,
+            "rows": self.rows,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; the world size may differ only at an epoch boundary."""
+        consumed = int(state["consumed"])
+        world_size = int(state.get("world_size", self.world.world_size))
+        if consumed and world_size != self.world.world_size:
+            raise LoaderError(
+                f"loader state was saved with world size {world_size} at row {consumed} of the "
+                f"epoch; this run has world size {self.world.world_size}",
+                remedy="resume with the same number of ranks, or from an epoch boundary",
+            )
+        rows = state.get("rows")
+        if rows is not None and int(rows) != self.rows:
+            raise LoaderError(
+                f"loader state refers to a table of {rows} rows; {self.root} has {self.rows}",
+                remedy="resume on the same dataset (and split)",
+            )
+        self.seed, self.epoch, self.consumed = int(state["seed"]), int(state["epoch"]), consumed
+
+    # -- iteration ------------------------------------------------------------------------
+
+    def stream(self, batch_size: int) -> Iterator[tuple[Any, int]]:
+        """``(batch, rows)`` from the current position to the end of the epoch, without
+        moving ``consumed`` (:class:`TableLoader` moves it as batches are delivered)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got: {batch_size}")
+        plan, rank = self.plan(), self.world.rank
+        return self._stream(plan, rank, self.consumed, batch_size)
+
+    def _stream(
+        self, plan: TablePlan, rank: int, start: int, batch_size: int
+    ) -> Iterator[tuple[Any, int]]:
+        reader = _WindowReader(self)
+        pending: list[Batch] = []
+        have = 0
+        try:
+            for k in range(start // plan.window, plan.windows):
+                begin, end = plan.window_range(k)
+                window = reader.window(plan, rank, k)
+                off = max(start - begin, 0)
+                while off < end - begin:
+                    take = min(batch_size - have, end - begin - off)
+                    pending.append({n: v[off : off + take] for n, v in window.items()})
+                    have, off = have + take, off + take
+                    if have == batch_size:
+                        yield self._prepare(pending), have
+                        pending, have = [], 0
+            if have:
+                yield self._prepare(pending), have
+        finally:
+            reader.close()
+
+    def _prepare(self, parts: list[Batch]) -> Any:
+        batch = parts[0] if len(parts) == 1 else concat_columns(parts)
+        return batch if self.transform is None else self.transform(batch)
+
+    def iter_batches(self, batch_size: int) -> Iterator[Any]:
+        """Yield this rank's batches from the current position to the end of the epoch (a
+        finished epoch first rolls over), advancing ``consumed`` as each is yielded."""
+        self.begin_epoch()
+        for batch, rows in self.stream(batch_size):
+            self.consumed += rows
+            yield batch
+
+    def loader(
+        self,
+        batch_size: int,
+        *,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        pin_memory: bool = True,
+        device: Any = None,
+    ) -> TableLoader:
+        """Batches prepared ahead of the training loop (see :class:`TableLoader`)."""
+        from gpuspark.data.load.table_loader import TableLoader  # it imports this module
+
+        return TableLoader(
+            self,
+            batch_size,
+            num_workers=num_workers,
+            prefetch=prefetch,
+            pin_memory=pin_memory,
+            device=device,
+        )
+
+
+def _select_shards(manifest: fmt.Manifest, split: str | None, root: str) -> list[fmt.ShardInfo]:
+    if split is None:
+        return list(manifest.shards)
+    if split not in manifest.splits:
+        names = sorted(manifest.splits)
+        raise LoaderError(
+            f"{root} has no split {split!r}{did_you_mean(split, names)}",
+            remedy=f"use one of {names}" if names else "this dataset has no splits; use split=None",
+        )
+    by_path = {s.path: s for s in manifest.shards}
+    return [by_path[p] for p in manifest.splits[split]]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _WindowReader:
+    """Reads the blocks of one shuffle window and returns its rows as column arrays."""
+
+    def __init__(self, ds: TableDataset) -> None:
+        self.ds = ds
+        self.names = [c.name for c in ds.columns]
+        blocks_per_window = max(1, ds.shuffle_rows // max(1, ds.info.block_rows))
+        self.shards = OpenShards(ds.root, ds.shards, None, blocks_per_window)
+        self.codec = ds.manifest.compression
+        self._last: tuple[tuple[int, int], Batch] | None = None
+
+    def block(self, shard: int, record: int) -> Batch:
+        """The decoded columns of one block (the last one is kept: windows share blocks)."""
+        if self._last is not None and self._last[0] == (shard, record):
+            return self._last[1]
+        payload = self.shards.payload(shard, record, self.ds.verify_crc)
+        sample = decode_example_views(fmt.decompress(payload, self.codec))
+        cols = decode_block(sample, self.ds.columns, self.names)
+        self._last = ((shard, record), cols)
+        return cols
+
+    def window(self, plan: TablePlan, rank: int, k: int) -> Batch:
+        """Rows of window ``k`` of ``rank``, in the window's (shuffled) order; fresh arrays
+        (nothing points into the mapped shards but the items of object arrays)."""
+        begin, end = plan.window_range(k)
+        parts = []
+        for shard, record, lo, hi in plan.pieces(rank, begin, end):
+            cols = self.block(shard, record)
+            parts.append({n: cols[n][lo:hi] for n in self.names})
+        out = concat_columns(parts, copy=True)
+        perm = plan.window_perm(rank, k)
+        if perm is not None:
+            out = {n: v[perm] for n, v in out.items()}
+        return out
+
+    def close(self) -> None:
+        self._last = None
+        self.shards.close()
+
+
+def concat_columns(parts: Sequence[Batch], copy: bool = False) -> Batch:
+    """Concatenate batches column by column: a column fixed-width in one part and ragged
+    (or of another width) in another becomes ragged (object array of 1-D arrays); a masked
+    part makes the result masked. One part is returned as is unless ``copy``."""
+    if len(parts) == 1 and not copy:
+        return dict(parts[0])
+    return {name: _concat([p[name] for p in parts]) for name in parts[0]}
+
+
+def _concat(values: list[np.ndarray]) -> np.ndarray:
+    widths = {v.shape[1] if v.ndim == 2 else None for v in values}
+    if len(widths) > 1 or (None in widths and any(v.ndim == 2 for v in values)):
+        values = [_as_ragged(v) if v.ndim == 2 else v for v in values]
+    if any(np.ma.isMaskedArray(v) for v in values):
+        return np.ma.concatenate(values)
+    return np.concatenate(values)
+
+
+def _as_ragged(rows: np.ndarray) -> np.ndarray:
+    out = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):  # per row: object columns only
+        out[i] = row
+    return out

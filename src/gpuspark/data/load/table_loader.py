@@ -1,0 +1,168 @@
+"""The prefetching :class:`TableLoader` of a :class:`~gpuspark.data.load.table.TableDataset`:
+batches read, decoded and transformed by one background thread ahead of the training loop.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gpuspark.data.load.table import TableDataset
+from gpuspark.errors import LoaderError
+
+__all__ = ["TableLoader"]
+
+
+class TableLoader:
+    """Iterates a :class:`TableDataset`'s batches while the next ones are being prepared.
+
+    One background thread reads, decodes and transforms ``prefetch`` batches ahead.
+    ``num_workers`` is accepted (the signature of :meth:`ShardDataset.loader`) and ignored:
+    decoding is vectorised numpy, so one thread keeps up. With ``device``, torch tensors in a
+    batch are moved there (pinned first on CUDA when ``pin_memory``). ``wait_times`` holds the
+    seconds the training loop waited for each batch; :meth:`stats` sums them up.
+    """
+
+    def __init__(
+        self,
+        dataset: TableDataset,
+        batch_size: int,
+        *,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        pin_memory: bool = True,
+        device: Any = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got: {batch_size}")
+        if num_workers < 0 or prefetch < 1:
+            raise ValueError(
+                f"need num_workers >= 0 and prefetch >= 1, got: {num_workers}, {prefetch}"
+            )
+        self.dataset = dataset
+        self.batch_size, self.num_workers, self.prefetch = batch_size, num_workers, prefetch
+        self.device = _device(device)
+        self.pin_memory = pin_memory and self.device is not None and self.device.type == "cuda"
+        self.wait_times: list[float] = []
+        self._counts = {"batches": 0, "samples": 0}
+
+    def __len__(self) -> int:
+        """Batches left in the current epoch of this rank."""
+        ds = self.dataset
+        left = ds.samples_per_rank - ds.consumed
+        left = ds.samples_per_rank if left <= 0 else left
+        return -(-left // self.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's resume state (see :meth:`TableDataset.state_dict`)."""
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the dataset's position."""
+        self.dataset.load_state_dict(state)
+
+    def stats(self) -> dict[str, float | int]:
+        """Totals since this loader was made: batches, samples (rows), wait seconds."""
+        out: dict[str, float | int] = dict(self._counts)
+        out["wait_s"] = float(sum(self.wait_times))
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        self.dataset.begin_epoch()
+        source = self.dataset.stream(self.batch_size)
+        return self._deliver(_ahead(source, self.prefetch, self.pin_memory))
+
+    def _deliver(self, source: Iterator[tuple[Any, int]]) -> Iterator[Any]:
+        try:
+            t0 = time.perf_counter()
+            for batch, rows in source:
+                self.dataset.consumed += rows
+                self.wait_times.append(time.perf_counter() - t0)
+                self._counts["batches"] += 1
+                self._counts["samples"] += rows
+                yield batch if self.device is None else _map_tensors(batch, _mover(self.device))
+                t0 = time.perf_counter()
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+
+def _device(device: Any) -> Any:
+    if device is None:
+        return None
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise LoaderError(
+            f"device {device} requested but CUDA is not available",
+            remedy="pass device=None (CPU tensors) or run on a GPU machine",
+        )
+    return device
+
+
+def _mover(device: Any) -> Callable[[Any], Any]:
+    non_blocking = device.type == "cuda"
+    return lambda t: t.to(device, non_blocking=non_blocking)
+
+
+def _map_tensors(batch: Any, fn: Callable[[Any], Any]) -> Any:
+    """``batch`` with ``fn`` applied to every torch tensor in it (dicts, tuples, lists)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {k: _map_tensors(v, fn) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_map_tensors(v, fn) for v in batch)
+    return batch
+
+
+def _ahead(source: Iterator[tuple[Any, int]], depth: int, pin: bool) -> Iterator[tuple[Any, int]]:
+    """Run ``source`` in a background thread, ``depth`` items ahead of the consumer."""
+    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for batch, rows in source:
+                if pin:
+                    batch = _map_tensors(batch, lambda t: t.pin_memory())
+                if not put((batch, rows)):
+                    return
+            put(done)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(exc)
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="gpuspark-table-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=10)

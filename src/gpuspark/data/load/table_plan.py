@@ -1,0 +1,133 @@
+"""The epoch plan of a table dataset: which rows of which blocks each rank reads, in which order.
+
+A table dataset's records are *blocks* of rows (:mod:`gpuspark.data.table`). From the
+manifest alone (rows per shard, ``block_rows``), an epoch is laid out as:
+
+1. **Block order.** With ``shuffle`` the blocks are permuted with a generator seeded by
+   ``(seed, epoch)``; their rows, concatenated in that order, are ``N`` global positions.
+2. **Exact split.** ``P = N // W`` rows per rank with ``drop_last``, else ``ceil(N / W)``
+   with the sequence padded by repeating its first rows; rank ``r`` reads global positions
+   ``[r * P, (r + 1) * P)``: every rank gets exactly ``P`` rows, and no row appears twice in
+   an epoch except padding.
+3. **Row shuffle.** A rank's ``P`` positions are cut into windows of ``window`` rows; with
+   ``shuffle`` each window is permuted by ``(seed, epoch, rank, window index)``. A window
+   spans ``window / block_rows`` neighbouring blocks, so reading stays sequential.
+
+Resume is arithmetic: position ``consumed`` of a rank's stream is row ``consumed % window``
+of window ``consumed // window``. Pure numpy; no file access.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from gpuspark.errors import LoaderError
+
+__all__ = ["DEFAULT_SHUFFLE_ROWS", "Piece", "TablePlan"]
+
+DEFAULT_SHUFFLE_ROWS = 16384
+
+Piece = tuple[int, int, int, int]
+"""Rows ``[lo, hi)`` of block ``record`` of shard ``shard`` (position in the reader's
+shard list): ``(shard, record, lo, hi)``."""
+
+
+class TablePlan:
+    """The order and exact split of one epoch over blocks of rows.
+
+    ``shards``, ``records`` and ``rows`` describe every block in manifest order (the shard's
+    position in the reader's shard list, the record index in that shard, its rows).
+    """
+
+    def __init__(
+        self,
+        shards: npt.ArrayLike,
+        records: npt.ArrayLike,
+        rows: npt.ArrayLike,
+        *,
+        world_size: int = 1,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        window: int = DEFAULT_SHUFFLE_ROWS,
+        drop_last: bool = True,
+    ) -> None:
+        if window < 1:
+            raise ValueError(f"shuffle_rows must be >= 1, got: {window}")
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got: {seed}")
+        self.world_size, self.seed, self.epoch = world_size, seed, epoch
+        self.shuffle, self.window, self.drop_last = shuffle, window, drop_last
+        order = np.arange(np.size(rows))
+        if shuffle:
+            order = np.random.default_rng((seed, epoch)).permutation(np.size(rows))
+        self.shards = np.asarray(shards, dtype=np.int64)[order]
+        self.records = np.asarray(records, dtype=np.int64)[order]
+        self.rows = np.asarray(rows, dtype=np.int64)[order]
+        self.cum = np.concatenate(([0], np.cumsum(self.rows)))
+        self._check()
+
+    def _check(self) -> None:
+        if self.total == 0:
+            raise LoaderError("the table dataset has no rows", remedy="write some rows first")
+        if self.per_rank == 0:
+            raise LoaderError(
+                f"the table has {self.total} rows, fewer than the {self.world_size} ranks: "
+                "no row for some rank",
+                remedy="use drop_last=False (pads by repeating rows) or fewer ranks",
+            )
+
+    @property
+    def total(self) -> int:
+        """Rows in the epoch before the split (``N``)."""
+        return int(self.cum[-1])
+
+    @property
+    def per_rank(self) -> int:
+        """Rows every rank reads this epoch (``P``)."""
+        n, w = self.total, self.world_size
+        return n // w if self.drop_last else -(-n // w)
+
+    @property
+    def windows(self) -> int:
+        """Shuffle windows in a rank's stream."""
+        return -(-self.per_rank // self.window)
+
+    def window_range(self, k: int) -> tuple[int, int]:
+        """Positions ``[begin, end)`` of window ``k`` in a rank's stream."""
+        begin = k * self.window
+        return begin, min(begin + self.window, self.per_rank)
+
+    def window_perm(self, rank: int, k: int) -> np.ndarray | None:
+        """The order of the rows of window ``k`` of ``rank`` (``None`` without shuffle)."""
+        if not self.shuffle:
+            return None
+        begin, end = self.window_range(k)
+        rng = np.random.default_rng((self.seed, self.epoch, rank, k))
+        return rng.permutation(end - begin)
+
+    def pieces(self, rank: int, begin: int, end: int) -> list[Piece]:
+        """The block slices holding positions ``[begin, end)`` of ``rank``'s stream, in order
+        (padding wraps around to the first rows of the epoch)."""
+        out: list[Piece] = []
+        start = rank * self.per_rank + begin
+        left = end - begin
+        while left > 0:
+            a = start % self.total
+            b = min(a + left, self.total)
+            out.extend(self._contiguous(a, b))
+            left -= b - a
+            start += b - a
+        return out
+
+    def _contiguous(self, a: int, b: int) -> list[Piece]:
+        """Pieces of global positions ``[a, b)``, ``0 <= a < b <= N``."""
+        first = int(np.searchsorted(self.cum, a, side="right")) - 1
+        last = int(np.searchsorted(self.cum, b - 1, side="right")) - 1
+        out = []
+        for i in range(first, last + 1):
+            base = int(self.cum[i])
+            lo, hi = max(a - base, 0), min(b - base, int(self.rows[i]))
+            out.append((int(self.shards[i]), int(self.records[i]), lo, hi))
+        return out
