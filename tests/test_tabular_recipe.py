@@ -315,15 +315,19 @@ def test_cli_uses_recipe_defaults_unless_given(monkeypatch: pytest.MonkeyPatch) 
 
     seen: list[RecipeConfig] = []
 
-    def capture(_name: str, cfg: RecipeConfig, **_kw: Any) -> Any:
+    procs: list[int] = []
+
+    def capture(_name: str, cfg: RecipeConfig, **kw: Any) -> Any:
         seen.append(cfg)
+        procs.append(kw["num_processes"])
         raise RecipeError("captured")  # stop before any rank starts
 
     monkeypatch.setattr(recipes, "run", capture)
-    assert main(["train", "tabular", "--data", "d", "--hidden", "64"]) == 1
+    assert main(["train", "tabular", "--data", "d", "--hidden", "64", "-n", "3"]) == 1
     assert main(["train", "tabular", "--data", "d", "--batch-size", "32", "--lr", "0.01"]) == 1
     assert main(["train", "resnet2d", "--data", "d"]) == 1
     tab, given, resnet = seen
     assert (tab.batch_size, tab.lr, tab.hidden, tab.class_weights) == (512, 1e-3, 64, True)
     assert (given.batch_size, given.lr) == (32, 0.01)
     assert (resnet.batch_size, resnet.epochs) == (8, 10)
+    assert procs == [3, 2, 2]

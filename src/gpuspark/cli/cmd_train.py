@@ -56,7 +56,9 @@ def train(
     class_weights: Annotated[
         bool, typer.Option(help="tabular: weight the loss by inverse class frequency.")
     ] = True,
-    num_processes: Annotated[int, typer.Option(help="Training processes (ranks).")] = 2,
+    num_processes: Annotated[
+        int, typer.Option("--num-processes", "-n", help="Training processes (ranks).")
+    ] = 2,
     gpus_per_process: Annotated[float, typer.Option(help="GPUs per rank.")] = 1,
     local: Annotated[
         bool, typer.Option(help="Run ranks as local processes, not on Spark.")
