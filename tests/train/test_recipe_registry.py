@@ -67,7 +67,7 @@ def ct_data(tmp_path: Path) -> str:
 
 
 def test_builtin_recipes_are_registered_values() -> None:
-    assert recipes.RECIPES == recipes.recipe_names() == ("resnet2d", "resnet3d")
+    assert recipes.RECIPES == recipes.recipe_names() == ("resnet2d", "resnet3d", "tabular")
     r3 = recipes.get_recipe("resnet3d")
     assert r3 is recipes.RESNET3D and r3.keys == ("volume", "label")
     assert recipes.get_recipe("resnet2d").keys == ("image", "label")

@@ -22,11 +22,23 @@ if TYPE_CHECKING:
 
 
 def train(
-    recipe: Annotated[str, typer.Argument(help="Recipe: resnet3d (CT volumes) or resnet2d.")],
+    recipe: Annotated[
+        str,
+        typer.Argument(
+            help="Recipe: resnet3d (CT volumes), resnet2d (images) or tabular "
+            "(tables from `gpuspark prep parquet`)."
+        ),
+    ],
     data: Annotated[Path, typer.Option("--data", help="Dataset written by `gpuspark prep`.")],
-    epochs: Annotated[int, typer.Option(help="Passes over the training split.")] = 10,
-    batch_size: Annotated[int, typer.Option(help="Batch size per rank.")] = 8,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate (cosine schedule).")] = 1e-3,
+    epochs: Annotated[
+        int | None, typer.Option(help="Passes over the training split [default: 10].")
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Batch size per rank [default: 8; tabular: 512].")
+    ] = None,
+    lr: Annotated[
+        float | None, typer.Option(help="AdamW learning rate, cosine schedule [default: 1e-3].")
+    ] = None,
     compression: Annotated[
         str | None, typer.Option(help="Gradient compression: fp16, bf16 or powersgd.")
     ] = None,
@@ -38,7 +50,15 @@ def train(
     window: Annotated[
         str | None, typer.Option(help="resnet3d re-window LEVEL,WIDTH in HU (e.g. 100,100).")
     ] = None,
-    num_processes: Annotated[int, typer.Option(help="Training processes (ranks).")] = 2,
+    hidden: Annotated[int, typer.Option(help="tabular: hidden units per MLP layer.")] = 128,
+    layers: Annotated[int, typer.Option(help="tabular: hidden layers of the MLP.")] = 2,
+    dropout: Annotated[float, typer.Option(help="tabular: dropout after each layer.")] = 0.1,
+    class_weights: Annotated[
+        bool, typer.Option(help="tabular: weight the loss by inverse class frequency.")
+    ] = True,
+    num_processes: Annotated[
+        int, typer.Option("--num-processes", "-n", help="Training processes (ranks).")
+    ] = 2,
     gpus_per_process: Annotated[float, typer.Option(help="GPUs per rank.")] = 1,
     local: Annotated[
         bool, typer.Option(help="Run ranks as local processes, not on Spark.")
@@ -76,11 +96,10 @@ def train(
 
     spec_obj = load_spec(spec) if spec is not None else None  # before the dataset and torch
     check_team(team, spec_obj)
+    given = {"epochs": epochs, "batch_size": batch_size, "lr": lr}
     cfg = recipes.RecipeConfig(
         data=str(data),
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
+        **_with_recipe_defaults(recipe, given),
         compression=compression,
         powersgd_rank=powersgd_rank,
         amp=amp,
@@ -88,6 +107,10 @@ def train(
         width=width,
         stem_stride=stem_stride,
         window=_window(window),
+        hidden=hidden,
+        layers=layers,
+        dropout=dropout,
+        class_weights=class_weights,
         threads=threads,
         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
         checkpoint_every=checkpoint_every,
@@ -111,6 +134,16 @@ def train(
         print_json(summary.as_dict())
         return
     _print_summary(summary)
+
+
+def _with_recipe_defaults(recipe: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The options given, else the recipe's own defaults, else :class:`RecipeConfig`'s."""
+    from gpuspark.train import recipes
+
+    defaults = recipes.get_recipe(recipe).defaults
+    out = {k: defaults[k] for k in given if k in defaults}
+    out.update({k: v for k, v in given.items() if v is not None})
+    return out
 
 
 def _window(text: str | None) -> tuple[float, float] | None:

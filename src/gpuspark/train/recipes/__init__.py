@@ -5,6 +5,9 @@
   validation accuracy and ROC AUC after each epoch; the best model exported to ``best.pt``.
 - ``resnet2d``: MONAI ResNet-50 with ``spatial_dims=2`` on image-folder shards from
   ``gpuspark prep images``; validation top-1.
+- ``tabular``: an MLP with categorical embeddings on the tabular datasets of
+  ``gpuspark prep parquet`` (read as blocks of rows by ``TableDataset``); normalisation from
+  the manifest's statistics, class-weighted loss; validation ROC AUC, PR AUC and accuracy.
 
 A recipe is a :class:`Recipe` value registered by name (:func:`register_recipe`,
 :func:`get_recipe`); the shared code never branches on the name. :func:`train` is the
@@ -19,6 +22,8 @@ returns rank 0's summary.
 ``runner``          :func:`train` (per rank), :func:`run` (driver)
 ``resnet3d``        the ``resnet3d`` recipe
 ``resnet2d``        the ``resnet2d`` recipe
+``tabular``         the ``tabular`` recipe
+``tabular_model``   its network, :class:`TabularNet` (imports torch: import it where needed)
 ==================  ===========================================================================
 
 Import from ``gpuspark.train.recipes``; the module layout behind it may change.
@@ -27,7 +32,7 @@ Import from ``gpuspark.train.recipes``; the module layout behind it may change.
 from __future__ import annotations
 
 from gpuspark.errors import RecipeError
-from gpuspark.train.recipes.common import accuracy, augment, roc_auc
+from gpuspark.train.recipes.common import accuracy, augment, pr_auc, roc_auc
 from gpuspark.train.recipes.config import RESNET_DEPTHS, RecipeConfig
 from gpuspark.train.recipes.registry import (
     Decoder,
@@ -43,6 +48,17 @@ from gpuspark.train.recipes.resnet2d import RESNET2D, decode_image
 from gpuspark.train.recipes.resnet3d import RESNET3D, VolumeDecode, decode_volume
 from gpuspark.train.recipes.runner import build_model, check_recipe, preflight, run, train
 from gpuspark.train.recipes.summary import TrainSummary
+from gpuspark.train.recipes.tabular import (
+    TABULAR,
+    ClassWeightedLoss,
+    TabularSpec,
+    build_tabular,
+    class_weights,
+    tabular_batch,
+    tabular_dataset,
+    tabular_metrics,
+    tabular_spec,
+)
 
 RECIPES = recipe_names()
 """Names of the built-in recipes (:func:`recipe_names` also lists ones registered later)."""
@@ -52,26 +68,36 @@ __all__ = [
     "RESNET2D",
     "RESNET3D",
     "RESNET_DEPTHS",
+    "TABULAR",
+    "ClassWeightedLoss",
     "Decoder",
     "Recipe",
     "RecipeConfig",
     "RecipeError",
+    "TabularSpec",
     "TrainSummary",
     "VolumeDecode",
     "accuracy",
     "augment",
     "build_model",
+    "build_tabular",
     "check_dataset",
     "check_recipe",
+    "class_weights",
     "decode_image",
     "decode_volume",
     "get_recipe",
     "model_config",
+    "pr_auc",
     "preflight",
     "recipe_names",
     "register_recipe",
     "roc_auc",
     "run",
+    "tabular_batch",
+    "tabular_dataset",
+    "tabular_metrics",
+    "tabular_spec",
     "train",
     "unregister_recipe",
 ]

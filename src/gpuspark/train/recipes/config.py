@@ -61,6 +61,15 @@ class RecipeConfig:
     stem_stride: int = 1
     """``resnet3d`` stride of the first 7^3 convolution (MONAI ``conv1_t_stride``); 2 cuts
     the compute of the stem, the most expensive layer at full resolution, about 8x."""
+    hidden: int = 128
+    """``tabular``: hidden units of each MLP layer."""
+    layers: int = 2
+    """``tabular``: hidden layers of the MLP (ReLU, dropout after each)."""
+    dropout: float = 0.1
+    """``tabular``: dropout after each hidden layer."""
+    class_weights: bool = True
+    """``tabular``: weight the loss by inverse class frequency (the manifest's label counts,
+    normalised to mean 1), for imbalanced labels such as 2% defaults."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -71,6 +80,11 @@ class RecipeConfig:
                 raise RecipeError(f"{name} must be >= 1, got: {getattr(self, name)}")
         if self.pool not in ("avg", "max"):
             raise RecipeError(f"pool must be 'avg' or 'max', got: {self.pool!r}")
+        for name in ("hidden", "layers"):
+            if getattr(self, name) < 1:
+                raise RecipeError(f"{name} must be >= 1, got: {getattr(self, name)}")
+        if not 0 <= self.dropout < 1:
+            raise RecipeError(f"dropout must be in [0, 1), got: {self.dropout}")
         if self.lr <= 0:
             raise RecipeError(f"lr must be > 0, got: {self.lr}")
 

@@ -8,8 +8,8 @@ recipe's name. A recipe module ends with ``register_recipe(Recipe(...))``, as to
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,6 +62,22 @@ class Recipe:
     """:class:`RecipeConfig` fields that shape the network (``depth``, ``width``, ...): a
     checkpoint records them with the recipe name and class count, and a resume with other
     values is refused up front."""
+    dataset: Callable[[RecipeConfig, str | None, bool], Any] | None = None
+    """``(config, split, training) -> dataset`` with ``.loader(batch_size, num_workers=...)``,
+    ``.manifest`` and the resume API of :class:`~gpuspark.data.load.ShardDataset`, whose
+    batches are ``(x, y)`` tensors (e.g. a :class:`~gpuspark.data.load.TableDataset`).
+    ``training=False``: the split read whole by one process, in order, without padding.
+    ``None``: a ``ShardDataset`` of the recipe's decoder (then :attr:`decoder` only checks
+    the dataset on the driver and the ranks)."""
+    loss: Callable[[RecipeConfig, Manifest], Callable[[Any, Any], Any]] | None = None
+    """``(config, manifest) -> loss_fn(logits, targets)`` (e.g. class-weighted);
+    ``None``: ``torch.nn.functional.cross_entropy``."""
+    augments: bool = True
+    """Whether ``config.augment`` applies the shared image augmentation
+    (:func:`~gpuspark.train.recipes.common.augment`) to this recipe's batches."""
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    """:class:`RecipeConfig` values this recipe suits better than the shared defaults (e.g.
+    ``{"batch_size": 512}`` for tables); the CLI uses them for options not given."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.keys or not self.best_by:

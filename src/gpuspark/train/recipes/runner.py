@@ -110,18 +110,44 @@ def _check_checkpoints(cfg: RecipeConfig, shape: dict[str, Any], num_processes: 
 # -- data ------------------------------------------------------------------------------------
 
 
-def _eval_dataset(cfg: RecipeConfig, decode: Decoder, split: str) -> Any:
+def _train_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder) -> Any:
+    """This rank's share of the training split: the recipe's dataset, else a ShardDataset."""
+    from gpuspark.data.load import ShardDataset
+
+    if recipe.dataset is not None:
+        return recipe.dataset(cfg, cfg.train_split, True)
+    return ShardDataset(cfg.data, decode=decode, split=cfg.train_split, seed=cfg.seed)
+
+
+def _eval_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, split: str) -> Any:
     """A split read whole by one process (rank 0): exact metrics, no padding duplicates."""
     from gpuspark.data.load import ShardDataset, World
 
+    if recipe.dataset is not None:
+        return recipe.dataset(cfg, split, False)
     return ShardDataset(
         cfg.data, decode=decode, split=split, shuffle=False, drop_last=False, world=World()
     )
 
 
+def _loss(recipe: Recipe, cfg: RecipeConfig, manifest: Any) -> Any:
+    import torch
+
+    if recipe.loss is not None:
+        return recipe.loss(cfg, manifest)
+    return torch.nn.functional.cross_entropy
+
+
 def _split_sizes(ds: Any) -> dict[str, int]:
-    counts = {s.path: s.records for s in ds.manifest.shards}
-    return {k: sum(counts[p] for p in v) for k, v in ds.manifest.splits.items()}
+    """Samples per split: records, or rows for a table dataset (whose records are blocks)."""
+    from gpuspark.data.table import TableInfo, is_table
+
+    manifest = ds.manifest
+    if is_table(manifest):
+        counts = dict(TableInfo.from_manifest(manifest).shard_rows)
+    else:
+        counts = {s.path: s.records for s in manifest.shards}
+    return {k: sum(counts[p] for p in v) for k, v in manifest.splits.items()}
 
 
 # -- evaluation ------------------------------------------------------------------------------
@@ -198,7 +224,7 @@ def _test(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, model: Any) -> dic
         payload = torch.load(best, map_location="cpu", weights_only=False)
         net.load_state_dict(payload["model"])
         epoch = payload["epoch"]
-    ds = _eval_dataset(cfg, decode, str(cfg.test_split))
+    ds = _eval_dataset(recipe, cfg, decode, str(cfg.test_split))
     probs, labels = _predict(model, ds, cfg.batch_size, model.gpuspark_info.device)
     out: dict[str, Any] = {"split": cfg.test_split, "samples": len(labels), "epoch": epoch}
     out.update(recipe.metrics(probs, labels))
@@ -218,7 +244,6 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     import torch.distributed as dist
 
     from gpuspark.data import format as fmt
-    from gpuspark.data.load import ShardDataset
     from gpuspark.train import ddp
     from gpuspark.train.loop import FitConfig, fit
 
@@ -229,8 +254,8 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    train_ds = ShardDataset(cfg.data, decode=decode, split=cfg.train_split, seed=cfg.seed)
-    val_ds = _eval_dataset(cfg, decode, cfg.val_split) if cfg.val_split else None
+    train_ds = _train_dataset(recipe, cfg, decode)
+    val_ds = _eval_dataset(recipe, cfg, decode, cfg.val_split) if cfg.val_split else None
     classes = recipe.num_classes(cfg, train_ds.manifest)
     net = recipe.build_model(cfg, classes)
     model = ddp.prepare(
@@ -250,13 +275,13 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     history = fit(
         model,
         opt,
-        torch.nn.functional.cross_entropy,
+        _loss(recipe, cfg, train_ds.manifest),
         loader,
         dataset=train_ds,
         scheduler=sched,
         scaler=scaler,
         evaluate=_evaluator(recipe, cfg, val_ds, best) if val_ds is not None else None,
-        transform=augment if cfg.augment else None,
+        transform=augment if cfg.augment and recipe.augments else None,
         config=FitConfig(
             epochs=cfg.epochs,
             checkpoint_dir=cfg.checkpoint_dir,
