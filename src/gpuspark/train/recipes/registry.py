@@ -152,15 +152,16 @@ def check_dataset(recipe: Recipe, manifest: Manifest, dataset: str) -> None:
     message names the first missing key, the dataset, its keys and the recipes that fit it.
     """
     total = manifest.total_records
+    counts = _key_counts(manifest)
     for key in recipe.keys:
-        count = int((manifest.schema.get(key) or {}).get("count", 0))
+        count = counts.get(key, 0)
         if count >= total:
             continue
         has = "no" if count == 0 else f"{count} of {total} records with"
         fits = [r.name for r in _REGISTRY.values() if _has_keys(manifest, r.keys)]
         raise RecipeError(
             f"recipe {recipe.name!r} needs sample key {key!r}; dataset {dataset} has {has} "
-            f"{key!r} (its keys: {', '.join(sorted(manifest.schema)) or 'none'})",
+            f"{key!r} (its keys: {', '.join(sorted(counts)) or 'none'})",
             remedy=(
                 f"train a recipe that fits this dataset: {', '.join(fits)}"
                 if fits
@@ -169,6 +170,15 @@ def check_dataset(recipe: Recipe, manifest: Manifest, dataset: str) -> None:
         )
 
 
+def _key_counts(manifest: Manifest) -> dict[str, int]:
+    """Records having each sample key; a table dataset's keys are its columns (every block
+    holds every column, see :mod:`gpuspark.data.table`)."""
+    table = manifest.extra.get("table")
+    if isinstance(table, dict):
+        return {str(c["name"]): manifest.total_records for c in table.get("columns", [])}
+    return {k: int((v or {}).get("count", 0)) for k, v in manifest.schema.items()}
+
+
 def _has_keys(manifest: Manifest, keys: tuple[str, ...]) -> bool:
-    schema, total = manifest.schema, manifest.total_records
-    return all(int((schema.get(k) or {}).get("count", 0)) >= total for k in keys)
+    counts, total = _key_counts(manifest), manifest.total_records
+    return all(counts.get(k, 0) >= total for k in keys)
