@@ -31,7 +31,8 @@ __all__ = ["RISK_CATEGORIES", "SynthRiskResult", "synth_risk"]
 
 @dataclass(frozen=True)
 class SynthRiskResult:
-    """What ``synth_risk`` wrote: ``files`` Parquet part files, ``bytes`` in all."""
+    """What ``synth_risk`` wrote: ``files`` Parquet part files, ``bytes`` in all;
+    ``customers`` generated (a bad row's null id still counts its customer)."""
 
     path: str
     rows: int
@@ -104,7 +105,7 @@ def synth_risk(
             n_parts = partitions or max(1, -(-rows // _ROWS_PER_PARTITION))
             df = risk_frame(sp, rows, seed, n_parts, bad_rows)
             df.write.mode("overwrite").parquet(str(tmp))
-            customers, positives = _counts(sp, str(tmp))
+            positives = _positives(sp, str(tmp))
         files = sorted(tmp.glob("*.parquet"))
         commit_dir(tmp, root)
     except BaseException:
@@ -113,7 +114,7 @@ def synth_risk(
     return SynthRiskResult(
         path=str(root),
         rows=rows,
-        customers=customers,
+        customers=_customers(rows),
         positives=positives,
         positive_rate=round(positives / rows, 6),
         files=len(files),
@@ -140,19 +141,20 @@ def _check_args(
     return Path(storage.local_path(text)).expanduser().absolute()
 
 
-def _counts(spark: Any, path: str) -> tuple[int, int]:
-    """Distinct customers and positive labels of the written table (one Spark job)."""
+def _customers(rows: int) -> int:
+    """Customers among the first ``rows`` rows (each group of rows holds one customer per
+    snapshot count; the last group may stop part-way)."""
+    full, rest = divmod(rows, _GROUP)
+    starts = [sum(_SNAPSHOTS[:i]) for i in range(len(_SNAPSHOTS))]
+    return full * len(_SNAPSHOTS) + sum(1 for s in starts if s < rest)
+
+
+def _positives(spark: Any, path: str) -> int:
+    """Positive labels of the written table (one Spark job over one column)."""
     from pyspark.sql import functions as F
 
-    row = (
-        spark.read.parquet(path)
-        .agg(
-            F.countDistinct("customer_id").alias("customers"),
-            F.sum(F.coalesce(F.col("default"), F.lit(0))).alias("positives"),
-        )
-        .first()
-    )
-    return int(row["customers"]), int(row["positives"] or 0)
+    row = spark.read.parquet(path).agg(F.sum("default").alias("positives")).first()
+    return int(row["positives"] or 0)
 
 
 # --------------------------------------------------------------------------- expressions
@@ -229,10 +231,11 @@ def _customer_columns(df: Any, seed: int) -> Any:
     from pyspark.sql import functions as F
 
     c = F.col("cust")
-    cats = {
-        name: _zipf_pick(_uniform(seed, 10 + i, c), values)
-        for i, (name, values) in enumerate(RISK_CATEGORIES.items())
-    }
+    # each uniform is a column of its own, so that the picks' WHEN branches share one hash
+    # (Spark does not collapse a projection that would repeat an expensive expression)
+    names = list(RISK_CATEGORIES)
+    df = df.withColumns({f"_u_{n}": _uniform(seed, 10 + i, c) for i, n in enumerate(names)})
+    cats = {n: _zipf_pick(F.col(f"_u_{n}"), RISK_CATEGORIES[n]) for n in names}
     kuma = F.pow(1.0 - F.pow(1.0 - _uniform(seed, 20, c), 1.0 / 2.2), 1.0 / 1.3)
     return df.withColumns(
         {
@@ -263,11 +266,17 @@ def _monthly_columns(df: Any, seed: int) -> Any:
     emp = F.col("employment_type")
     income = F.exp(F.col("_inc") + F.col("_edu") - 0.12 * r + 0.05 * _normal(seed, 30, k))
     income = F.when(emp.isin("unemployed", "student"), income * 0.35).otherwise(income)
-    util = _clip(F.col("_kuma") + 0.08 * r + 0.06 * _normal(seed, 31, k), 0.0, 1.0)
+    df = df.withColumns(
+        {
+            "_util": _clip(F.col("_kuma") + 0.08 * r + 0.06 * _normal(seed, 31, k), 0.0, 1.0),
+            "_u_term": _uniform(seed, 33, k),
+        }
+    )
+    util = F.col("_util")
     mortgage = F.col("product") == "mortgage"
     loan = F.exp(9.2 + 0.6 * _normal(seed, 32, k)) * F.when(mortgage, 9.0).otherwise(1.0)
-    term = F.when(mortgage, _zipf_pick(_uniform(seed, 33, k), (300, 240, 360), 0.5)).otherwise(
-        _zipf_pick(_uniform(seed, 33, k), (36, 60, 24, 48, 12), 0.6)
+    term = F.when(mortgage, _zipf_pick(F.col("_u_term"), (300, 240, 360), 0.5)).otherwise(
+        _zipf_pick(F.col("_u_term"), (36, 60, 24, 48, 12), 0.6)
     )
     late_p = _sigmoid(-2.4 + 0.9 * r + 2.0 * (util - 0.35))
     late = F.when(
