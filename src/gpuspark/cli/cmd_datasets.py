@@ -1,4 +1,5 @@
-"""``gpuspark datasets``: demo data (synthetic CT cohort as DICOM, JPEG image folders)."""
+"""``gpuspark datasets``: demo data (synthetic CT cohort as DICOM, JPEG image folders, a
+credit-risk table as Parquet)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, print_json, print_table
+from gpuspark.cli._common import JsonOpt, MasterOpt, print_json, print_table
 
 DstArg = Annotated[str, typer.Argument(help="Directory to create.")]
 SeedOpt = Annotated[int, typer.Option(help="Random seed (same seed, same files).")]
@@ -19,6 +20,7 @@ def register(app: typer.Typer) -> None:
     ds = typer.Typer(help="Generate demo data sets.", no_args_is_help=True)
     ds.command("synth-ct")(synth_ct)
     ds.command("synth-images")(synth_images)
+    ds.command("synth-risk")(synth_risk)
     app.add_typer(ds, name="datasets")
 
 
@@ -63,4 +65,56 @@ def synth_images(
         f"synthetic images -> {res.path}",
         ["classes", "images", "bytes"],
         [[len(res.classes), res.images, res.bytes]],
+    )
+
+
+def synth_risk(
+    dst: Annotated[str, typer.Argument(help="Parquet folder to create.")],
+    rows: Annotated[int, typer.Option(min=1, help="Rows (monthly snapshots) to generate.")] = (
+        100_000
+    ),
+    seed: SeedOpt = 0,
+    partitions: Annotated[
+        int | None,
+        typer.Option(min=1, help="Spark partitions (Parquet files) [default: rows/250k]."),
+    ] = None,
+    bad_rows: Annotated[
+        float,
+        typer.Option(
+            "--bad-rows", min=0.0, max=0.99, help="Fraction of rows with a value prep quarantines."
+        ),
+    ] = 0.0,
+    overwrite: OverwriteOpt = False,
+    master: MasterOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Synthetic credit-risk table (about 3% defaults) written as Parquet by Spark."""
+    from gpuspark import demo
+
+    res = demo.synth_risk(
+        dst,
+        rows,
+        seed,
+        partitions=partitions,
+        overwrite=overwrite,
+        bad_rows=bad_rows,
+        master=master,
+    )
+    if json:
+        print_json(asdict(res))
+        return
+    print_table(
+        f"synthetic credit-risk table -> {res.path}",
+        ["rows", "customers", "positives", "positive rate", "files", "bytes", "seconds"],
+        [
+            [
+                res.rows,
+                res.customers,
+                res.positives,
+                f"{res.positive_rate:.2%}",
+                res.files,
+                res.bytes,
+                res.seconds,
+            ]
+        ],
     )

@@ -1,4 +1,5 @@
-"""``gpuspark prep``: image folders and DICOM series to training shards, on Spark."""
+"""``gpuspark prep``: image folders, DICOM series and Parquet tables to training shards, on
+Spark."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def register(app: typer.Typer) -> None:
     prep = typer.Typer(help="Preprocess raw data into shards with Spark.", no_args_is_help=True)
     prep.command("images")(images)
     prep.command("dicom")(dicom)
+    prep.command("parquet")(parquet)
     app.add_typer(prep, name="prep")
 
 
@@ -109,6 +111,13 @@ def _summary(res: Any, json: bool) -> None:
     if json:
         print_json(res.as_dict())
         return
+    # a table's inputs are rows; the file jobs quarantine files (a DICOM file holds items)
+    unit = "rows" if res.kind == "parquet" else "files"
+    quarantined = (
+        f"{res.quarantined} rows"
+        if unit == "rows"
+        else f"{res.quarantined} files ({res.quarantined_items} items)"
+    )
     print_table(
         f"prep {res.kind} -> {res.dataset}",
         ["inputs", "rows", "quarantined", "splits", "shards", "bytes", "seconds"],
@@ -116,7 +125,7 @@ def _summary(res: Any, json: bool) -> None:
             [
                 res.inputs,
                 res.rows,
-                f"{res.quarantined} files ({res.quarantined_items} items)",
+                quarantined,
                 ", ".join(f"{k}={v}" for k, v in sorted(res.splits.items())) or "-",
                 res.shards,
                 res.bytes,
@@ -127,7 +136,7 @@ def _summary(res: Any, json: bool) -> None:
     if res.by_reason:
         print_table(
             f"quarantine (see {res.quarantine_path})",
-            ["reason", "files"],
+            ["reason", unit],
             list(res.by_reason.items()),
         )
 
@@ -221,6 +230,77 @@ def dicom(
             world_size=world_size,
             num_shards=num_shards,
             overwrite=overwrite,
+            master=master,
+            spec=spec,
+            progress=progress,
+            team=team,
+        )
+    _summary(res, json)
+
+
+def _names(text: str | None, option: str) -> tuple[str, ...] | None:
+    """``"a,b,c"`` -> column names; an empty name is a usage error."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise typer.BadParameter(f"expected column names a,b,c, got {text!r}", param_hint=option)
+    return names
+
+
+def parquet(
+    src: Annotated[str, typer.Argument(help="Parquet file or folder (or URL Spark can read).")],
+    dst: DstArg,
+    label: Annotated[str, typer.Option(help="Class label column (at most 100 values).")],
+    id: Annotated[
+        str | None, typer.Option("--id", help="Entity column: splits by its hash.")
+    ] = None,
+    features: Annotated[
+        str | None, typer.Option(help="Feature columns a,b,c [default: all but label and id].")
+    ] = None,
+    categorical: Annotated[
+        str | None,
+        typer.Option(help="Categorical columns a,b [default: the string and boolean features]."),
+    ] = None,
+    split: Annotated[
+        str, typer.Option(help="Fractions train,val[,test] by a hash of the id.")
+    ] = "0.8,0.1,0.1",
+    world_size: WorldOpt = None,
+    num_shards: ShardsOpt = None,
+    block_rows: Annotated[int, typer.Option(min=1, help="Rows per record (block).")] = 1024,
+    max_vocab: Annotated[
+        int, typer.Option(min=1, help="Most frequent values kept per categorical column.")
+    ] = 1000,
+    overwrite: OverwriteOpt = False,
+    compression: Annotated[
+        str | None, typer.Option(help="Record compression: zstd [default: none].")
+    ] = None,
+    master: MasterOpt = None,
+    spec: SpecOpt = None,
+    team: TeamOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Parquet table to a tabular dataset: numeric and categorical features, statistics."""
+    from gpuspark.data.prep import prep_parquet
+
+    feature_names = _names(features, "--features")
+    categorical_names = _names(categorical, "--categorical")
+    fractions = _split(split)
+    with _progress_bar(not json) as progress:
+        res = prep_parquet(
+            src,
+            dst,
+            label=label,
+            id=id,
+            features=feature_names,
+            categorical=categorical_names,
+            split=fractions,
+            world_size=world_size,
+            num_shards=num_shards,
+            block_rows=block_rows,
+            max_vocab=max_vocab,
+            overwrite=overwrite,
+            compression=compression,
             master=master,
             spec=spec,
             progress=progress,

@@ -6,6 +6,7 @@
 ``report``          ``report.json`` figures and the ``report.png`` plot (:func:`plot_history`)
 ``synth_ct``        :func:`synth_ct`: a CT cohort as real DICOM series, with its ground truth
 ``synth_images``    :func:`synth_images`: an image-folder data set
+``synth_risk``      :func:`synth_risk`: a credit-risk table (Parquet, written by Spark)
 ``staging``         generated directories appear complete or not at all
 ==================  ===========================================================================
 
@@ -27,14 +28,17 @@ from gpuspark.demo.synth_ct import (
     synth_ct,
 )
 from gpuspark.demo.synth_images import ImageSetSummary, synth_images
+from gpuspark.demo.synth_risk import RISK_CATEGORIES, SynthRiskResult, synth_risk
 from gpuspark.errors import DatasetExistsError
 
 __all__ = [
+    "RISK_CATEGORIES",
     "CohortSummary",
     "DatasetExistsError",
     "DemoConfig",
     "ImageSetSummary",
     "SeriesParams",
+    "SynthRiskResult",
     "build_report",
     "cohort_params",
     "load_cohort",
@@ -43,5 +47,6 @@ __all__ = [
     "run_demo",
     "synth_ct",
     "synth_images",
+    "synth_risk",
     "write_report",
 ]

@@ -1,9 +1,11 @@
-"""Spark preprocessing jobs: DICOM series and image folders to gpuspark shards.
+"""Spark preprocessing jobs: DICOM series, image folders and Parquet tables to gpuspark shards.
 
 :func:`prep_dicom` turns DICOM files (any names, nested folders, mixed series) into one
 volume per series; :func:`prep_images` turns an image folder ``src/<label>/<file>`` into
-image samples. The library takes typed values (tuples, floats, presets); the text forms
-(``"z,y,x"``, ``"0.8,0.1,0.1"``, ``"L,W"``) are the CLI's to parse.
+image samples; :func:`prep_parquet` turns a Parquet table into a tabular table dataset
+(``id``, ``label``, numeric ``x``, categorical codes ``c``, statistics in the manifest).
+The library takes typed values (tuples, floats, presets); the text forms (``"z,y,x"``,
+``"0.8,0.1,0.1"``, ``"L,W"``) are the CLI's to parse.
 
 Everything that can be checked on the driver (source, destination, world size, labels file,
 options) is checked before a cluster or a Spark stage starts. Every input ends up either in
@@ -16,7 +18,8 @@ counts are in ``extra["quarantine"]`` and in :class:`PrepResult`:
 
 The modules behind this face: ``common`` (driver checks, write options, quarantine table,
 result), ``progress`` (the progress watcher), ``shards`` (shard planning), ``dicom`` and
-``images`` (the jobs). Import from ``gpuspark.data.prep``; the layout behind it may change.
+``images``, ``parquet`` (the jobs; ``parquet_stats`` is the Parquet job's DataFrame side).
+Import from ``gpuspark.data.prep``; the layout behind it may change.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from gpuspark.data.prep.common import QUARANTINE_FILE, PrepResult
 from gpuspark.data.prep.dicom import prep_dicom
 from gpuspark.data.prep.images import prep_images
+from gpuspark.data.prep.parquet import prep_parquet
 from gpuspark.data.prep.progress import Progress
 from gpuspark.data.prep.shards import plan_shards
 from gpuspark.errors import PrepError
@@ -36,4 +40,5 @@ __all__ = [
     "plan_shards",
     "prep_dicom",
     "prep_images",
+    "prep_parquet",
 ]
