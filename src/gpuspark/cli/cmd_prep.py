@@ -267,7 +267,7 @@ def parquet(
     ] = "0.8,0.1,0.1",
     world_size: WorldOpt = None,
     num_shards: ShardsOpt = None,
-    block_rows: Annotated[int, typer.Option(min=1, help="Rows per record (block).")] = 1024,
+    block_rows: Annotated[int, typer.Option(min=1, help="Rows per record (block).")] = 4096,
     max_vocab: Annotated[
         int, typer.Option(min=1, help="Most frequent values kept per categorical column.")
     ] = 1000,

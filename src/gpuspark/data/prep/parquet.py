@@ -44,6 +44,7 @@ from gpuspark.data.prep.parquet_stats import (
     tag_rows,
 )
 from gpuspark.data.prep.progress import Progress, Watcher, announce
+from gpuspark.data.table import DEFAULT_BLOCK_ROWS
 from gpuspark.errors import PrepError
 
 __all__ = ["prep_parquet"]
@@ -72,7 +73,7 @@ def prep_parquet(
     split: Sequence[float] | None = (0.8, 0.1, 0.1),
     world_size: int | None = None,
     num_shards: int | None = None,
-    block_rows: int = 1024,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
     max_vocab: int = 1000,
     overwrite: bool = False,
     compression: str | None = None,
