@@ -196,21 +196,25 @@ def _read_split(path: Path, split: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.spark
-def test_synth_risk_then_prep_parquet(spark: Any, tmp_path: Path) -> None:
+def test_synth_risk_then_prep_parquet(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import pandas as pd
 
     from gpuspark.demo import synth_risk
 
-    risk = synth_risk(tmp_path / "risk", 20_000, seed=3, bad_rows=0.01, spark=spark)
+    rows = 60_000  # enough positives (~3%) that the held-out AUC below is not noise
+    risk = synth_risk(tmp_path / "risk", rows, seed=3, bad_rows=0.01, spark=spark)
     src = pd.read_parquet(tmp_path / "risk")
-    assert risk.rows == len(src) == 20_000 and risk.files >= 1
+    assert risk.rows == len(src) == rows and risk.files >= 1
     assert 0.01 <= risk.positive_rate <= 0.05
     per_customer = src["customer_id"].value_counts()
     assert per_customer.max() == 6 and per_customer.min() == 1
-    assert risk.customers == 5716  # 952 groups of 21 rows x 6 customers + 4 in the last 8 rows
+    # groups of 21 rows hold customers of 1, 2, ..., 6 rows: 2857 x 6, then 2 in the last 3 rows
+    assert risk.customers == 17_144
     assert risk.customers - 10 <= len(per_customer) <= risk.customers  # a few ids made null
     bad = src["default"].isna() | src["customer_id"].isna() | np.isinf(src["income"])
-    assert 100 < bad.sum() < 320  # 1% of 20k, each of the three kinds present
+    assert 300 < bad.sum() < 960  # 1% of 60k, each of the three kinds present
     assert src["default"].isna().any() and src["customer_id"].isna().any()
     good = src[~bad]
     assert not good.duplicated(["customer_id", "month"]).any()
@@ -223,7 +227,7 @@ def test_synth_risk_then_prep_parquet(spark: Any, tmp_path: Path) -> None:
     res = prep_parquet(
         tmp_path / "risk", tmp_path / "ds", label="default", id="customer_id", spark=spark
     )
-    assert (res.inputs, res.quarantined, res.rows) == (20_000, int(bad.sum()), len(good))
+    assert (res.inputs, res.quarantined, res.rows) == (rows, int(bad.sum()), len(good))
     assert sum(res.by_reason.values()) == res.quarantined
     assert res.by_reason["column default"] == int(src["default"].isna().sum())
     quarantine = pd.read_parquet(res.quarantine_path)
@@ -271,3 +275,23 @@ def test_synth_risk_then_prep_parquet(spark: Any, tmp_path: Path) -> None:
         expect = [vocab.index(v) + 1 for v in by_key.loc[keys, name]]
         assert val["c"][:, j].tolist() == expect
     assert val["label"].tolist() == by_key.loc[keys, "default"].astype(int).tolist()
+
+    # the pipeline ends in training: `gpuspark train tabular --data DS -n 2` (local
+    # ranks here: the shared cluster's slots belong to the test session); held-out AUC
+    summary = _train(tmp_path / "ds", tmp_path / "run", capsys)
+    assert summary["world_size"] == 2 and summary["test"]["split"] == "test"
+    assert summary["test"]["samples"] == len(splits["test"]["id"])
+    assert summary["test"]["auc"] >= 0.85, summary["test"]
+
+
+def _train(data: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    from gpuspark.cli.main import main
+
+    capsys.readouterr()
+    argv = ["train", "tabular", "--data", str(data), "-n", "2", "--local", "--epochs", "3",
+            "--batch-size", "1024", "--threads", "1", "--checkpoint-dir", str(out),
+            "--test-split", "test",
+            "--json"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    return json.loads(text[text.index("{") :])

@@ -75,6 +75,10 @@ def train(
     val_split: Annotated[
         str, typer.Option(help="Split scored after each epoch; 'none': no validation.")
     ] = "val",
+    test_split: Annotated[
+        str | None,
+        typer.Option(help="Split scored once at the end with the best model (e.g. test)."),
+    ] = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(help="Base port of the ranks' /metrics (+ local rank; 0: off; default 9700)."),
@@ -117,6 +121,7 @@ def train(
         resume=resume,
         train_split=None if train_split == "all" else train_split,
         val_split=None if val_split == "none" else val_split,
+        test_split=test_split,
     )
     summary = recipes.run(
         recipe,
@@ -178,6 +183,12 @@ def _print_summary(summary: TrainSummary) -> None:
     best = summary.best
     if best:
         echo(f"best epoch {best.get('epoch')}: {_score(best)}")
+    test = summary.test
+    if test:
+        scores = ", ".join(
+            f"{k} {v:.3f}" for k, v in test.items() if isinstance(v, float) and k != "epoch"
+        )
+        echo(f"{test['split']} split ({test['samples']} samples, best model): {scores}")
 
 
 def _score(m: dict[str, Any]) -> str:
