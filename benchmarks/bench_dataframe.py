@@ -9,7 +9,7 @@ features drawn with ``rand``/``randn``), generated on the fly by the same plan f
 2. **read into tensors**, batch 4096: ``TableDataset`` with the ``FeaturesLabel`` transform
    (float32 features [n, 48] + labels) against ``pyarrow.dataset`` batches of the Parquet
    files stacked into the same tensors; gpuspark with and without its shuffle (pyarrow
-   reads in file order), alternating, median of ``--runs``.
+   reads in file order), alternating, median of max(7, 2 x ``--runs``).
 3. **cache**: a second ``from_dataframe`` call on the same DataFrame: its time and the
    number of Spark jobs it started (0 when served from the cache).
 
@@ -134,7 +134,7 @@ def _read_runs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for fn in readers.values():  # warm-up: page cache, imports
         assert fn() == args.rows
     times: dict[str, list[float]] = {k: [] for k in readers}
-    for run in range(args.runs):
+    for run in range(_read_runs_count(args)):
         order = list(readers) if run % 2 == 0 else list(reversed(readers))
         for name in order:
             times[name].append(_timed(readers[name]))
@@ -143,6 +143,11 @@ def _read_runs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for name in readers:
         out[name]["speed_ratio_vs_pyarrow"] = round(base / out[name]["median_s"], 3)
     return out
+
+
+def _read_runs_count(args: argparse.Namespace) -> int:
+    """Reads are short (a fraction of a second in --quick): more runs for a stable median."""
+    return max(7, 2 * args.runs)
 
 
 def _cache_runs(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
