@@ -23,7 +23,9 @@ ROWS = 3000
 
 
 def _mixed(spark: Any, rows: int = ROWS) -> Any:
-    """Every column kind a table holds, with nulls where Spark allows them."""
+    """Every column kind a table holds, with nulls where Spark allows them, and a Spark ML
+    vector column."""
+    from pyspark.ml.functions import array_to_vector
     from pyspark.sql import functions as F
 
     df = spark.range(0, rows, 1, 4)
@@ -43,10 +45,13 @@ def _mixed(spark: Any, rows: int = ROWS) -> Any:
         F.when(F.col("id") % 19 == 0, None)
         .otherwise(F.array_repeat(F.lit("t"), (F.col("id") % 3).cast("int")))
         .alias("words"),
+        array_to_vector(F.array(F.col("id") * 1.5, F.lit(-1.0), F.col("id") % 3)).alias("ml"),
     )
 
 
 def _values(value: Any) -> Any:
+    if hasattr(value, "toArray"):  # a Spark ML vector comes back as a dense float64 array
+        value = value.toArray()
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, bytearray):
@@ -88,7 +93,8 @@ def test_mixed_types_round_trip_split_exactly_over_ranks(spark: Any, tmp_path: A
     shards = from_dataframe(df, cache_dir=tmp_path, block_rows=256)
     assert not shards.cached and shards.rows == ROWS
     info = TableInfo.from_manifest(shards.manifest)
-    assert {c.name: c.kind for c in info.columns}["words"] == "string_array"
+    kinds = {c.name: (c.kind, c.dtype) for c in info.columns}
+    assert kinds["words"] == ("string_array", None) and kinds["ml"] == ("array", "float64")
     per_rank = _rank_rows(shards.path, 3)
     assert [len(r) for r in per_rank] == [ROWS // 3] * 3
     seen = [row["id"] for rows in per_rank for row in rows]

@@ -87,13 +87,18 @@ def _column(name: str, data_type: Any) -> TableColumn:
             return TableColumn(name, "array", _NUMBERS[item])
         if item == "string":
             return TableColumn(name, "string_array")
-    if type_name == "vector":  # Spark ML VectorUDT: vectors_as_arrays() converts it first
+    if _is_vector(data_type):  # Spark ML VectorUDT: vectors_as_arrays() converts it first
         return TableColumn(name, "array", "float64")
     how = _CASTS.get(type_name, "cast it to a number, a string or an array of numbers")
     raise TableError(
         f"column {name!r} has type {data_type.simpleString()}, which a table dataset cannot hold",
         remedy=f"{how} before writing (or leave the column out)",
     )
+
+
+def _is_vector(data_type: Any) -> bool:
+    """A Spark ML vector (``pyspark.ml.linalg.VectorUDT``, type name ``vectorudt``)."""
+    return bool(data_type.typeName() == "vectorudt")
 
 
 def _check_name(name: str) -> None:
@@ -118,7 +123,7 @@ def table_columns(schema: Any) -> list[TableColumn]:
 def vectors_as_arrays(df: Any) -> Any:
     """``df`` with every Spark ML vector column (``VectorUDT``) turned into a dense
     ``array<double>`` (``pyspark.ml.functions.vector_to_array``); other columns unchanged."""
-    vectors = [f.name for f in df.schema.fields if f.dataType.typeName() == "vector"]
+    vectors = [f.name for f in df.schema.fields if _is_vector(f.dataType)]
     if not vectors:
         return df
     from pyspark.ml.functions import vector_to_array
