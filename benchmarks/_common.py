@@ -6,11 +6,12 @@ import contextlib
 import json
 import os
 import platform
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESULTS_DIR", "machine_info", "write_results"]
+__all__ = ["RESULTS_DIR", "machine_info", "spark_session", "write_results"]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -44,3 +45,27 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
         f.write("\n")
     os.replace(tmp, target)
     return target
+
+
+def spark_session(quick: bool, cores: int) -> tuple[Any, Any, str]:
+    """``(spark, cluster or None, description)``: ``local[2]`` for ``--quick``, else an
+    embedded cluster of 2 workers x ``cores`` (stop both when done)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    if quick:
+        from pyspark.sql import SparkSession
+
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        return spark, None, "local[2]"
+    from gpuspark.cluster.local import LocalCluster
+
+    cluster = LocalCluster(workers=2, cores=cores, state_dir=tempfile.mkdtemp())
+    cluster.start()
+    spark = cluster.session()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, cluster, f"LocalCluster(workers=2, cores={cores}) {cluster.master_url}"

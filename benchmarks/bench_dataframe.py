@@ -20,7 +20,6 @@ features drawn with ``rand``/``randn``), generated on the fly by the same plan f
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_results
+from _common import spark_session, write_results
 
 FEATURES = 48
 BATCH = 4096
@@ -167,28 +166,6 @@ def _cache_runs(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, A
     }
 
 
-def _session(args: argparse.Namespace) -> tuple[Any, Any, str]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    if args.quick:
-        from pyspark.sql import SparkSession
-
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        return spark, None, "local[2]"
-    from gpuspark.cluster.local import LocalCluster
-
-    cluster = LocalCluster(workers=2, cores=args.cores, state_dir=tempfile.mkdtemp())
-    cluster.start()
-    spark = cluster.session()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, cluster, f"LocalCluster(workers=2, cores={args.cores}) {cluster.master_url}"
-
-
 def _print(r: dict[str, Any]) -> None:
     print(
         f"\nDataFrame -> training data, {r['cluster']}, {r['rows']} rows x 50 columns, "
@@ -227,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=1, help="cores per worker (full run)")
     args = p.parse_args(argv)
     args.rows = args.rows or (200_000 if args.quick else 5_000_000)
-    spark, cluster, where = _session(args)
+    spark, cluster, where = spark_session(args.quick, args.cores)
     work = Path(tempfile.mkdtemp(prefix="bench-dataframe-"))
     try:
         write = _write_runs(spark, args, work)

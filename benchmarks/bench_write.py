@@ -12,7 +12,6 @@ decides gpuspark's compression default.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_results
+from _common import spark_session, write_results
 
 
 def _dir_bytes(path: Path) -> int:
@@ -155,27 +154,6 @@ def _codec_runs(repeat: int) -> dict[str, Any]:
     return out
 
 
-def _session(args: argparse.Namespace) -> tuple[Any, Any, str]:
-    if args.quick:
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        from pyspark.sql import SparkSession
-
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        return spark, None, "local[2]"
-    from gpuspark.cluster.local import LocalCluster
-
-    cluster = LocalCluster(workers=2, cores=args.cores, state_dir=tempfile.mkdtemp())
-    cluster.start()
-    spark = cluster.session()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, cluster, f"LocalCluster(workers=2, cores={args.cores}) {cluster.master_url}"
-
-
 def _print(results: dict[str, Any]) -> None:
     print(
         f"\nwrite throughput, {results['cluster']}, {results['rows']} rows x "
@@ -214,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.partitions = min(args.partitions, 4)
     zstd = _codec_runs(20 if args.quick else 200)
-    spark, cluster, where = _session(args)
+    spark, cluster, where = spark_session(args.quick, args.cores)
     work = Path(tempfile.mkdtemp(prefix="bench-write-"))
     try:
         spark_results = _spark_runs(spark, args, work)

@@ -33,7 +33,7 @@ from gpuspark.errors import did_you_mean
 if TYPE_CHECKING:
     from gpuspark.data.load.loader import Loader
 
-__all__ = ["ShardDataset", "iterable_base"]
+__all__ = ["ShardDataset", "iterable_base", "select_shards"]
 
 _ON_ERROR = ("raise", "skip")
 
@@ -85,7 +85,7 @@ class ShardDataset(iterable_base()):  # type: ignore[misc]
             raise ValueError(f"on_error must be one of {_ON_ERROR}, got: {on_error!r}")
         self.root = fmt.dataset_root(os.fspath(path_or_url))
         self.manifest = fmt.load_manifest(self.root)
-        self.shards = _select_shards(self.manifest, split, self.root)
+        self.shards = select_shards(self.manifest, split, self.root)
         self.split = split
         self._decode = make_decoder(decode)
         self.transform = transform
@@ -244,7 +244,9 @@ class ShardDataset(iterable_base()):  # type: ignore[misc]
         )
 
 
-def _select_shards(manifest: fmt.Manifest, split: str | None, root: str) -> list[fmt.ShardInfo]:
+def select_shards(manifest: fmt.Manifest, split: str | None, root: str) -> list[fmt.ShardInfo]:
+    """The shards of ``split`` (all shards for None); an unknown split raises
+    :class:`LoaderError` naming the dataset's splits."""
     if split is None:
         return list(manifest.shards)
     if split not in manifest.splits:

@@ -5,8 +5,6 @@ copied to a CUDA device on a side stream one batch ahead.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +14,7 @@ import numpy as np
 from gpuspark.data import format as fmt
 from gpuspark.data.load.dataset import ShardDataset, iterable_base
 from gpuspark.data.load.plan import LoaderError
+from gpuspark.data.load.prefetch import thread_ahead
 from gpuspark.data.load.world import in_worker
 
 __all__ = ["Loader", "collate"]
@@ -186,7 +185,7 @@ class Loader:
     def _source(self) -> Iterator[_Item]:
         source = _BatchSource(self.dataset, self.batch_size)
         if self.num_workers == 0:
-            return _thread_ahead(iter(source), self.prefetch, self.pin_memory)
+            return thread_ahead(iter(source), self.prefetch, _pinned if self.pin_memory else None)
         from torch.utils.data import DataLoader
 
         loader: Any = DataLoader(
@@ -246,49 +245,9 @@ def _pin(batch: Any) -> Any:
     return batch
 
 
-def _thread_ahead(source: Iterator[_Item], depth: int, pin: bool) -> Iterator[_Item]:
-    """Run ``source`` in a background thread, ``depth`` items ahead of the consumer."""
-    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for kind, batch, counters in source:
-                if pin and kind == "batch":
-                    batch = _pin(batch)
-                if not put((kind, batch, counters)):
-                    return
-            put(done)
-        except BaseException as exc:  # handed to the consumer, raised there
-            put(exc)
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-
-    thread = threading.Thread(target=produce, name="gpuspark-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join(timeout=10)
+def _pinned(item: _Item) -> _Item:
+    kind, batch, counters = item
+    return (kind, _pin(batch), counters) if kind == "batch" else item
 
 
 def _cuda_ahead(source: Iterator[_Item], device: Any) -> Iterator[_Item]:

@@ -19,11 +19,12 @@ import numpy as np
 
 from gpuspark.data import format as fmt
 from gpuspark.data.load.access import OpenShards
+from gpuspark.data.load.dataset import select_shards
 from gpuspark.data.load.decode import decode_example_views
 from gpuspark.data.load.table_plan import DEFAULT_SHUFFLE_ROWS, TablePlan
 from gpuspark.data.load.world import World
 from gpuspark.data.table import BlockParts, TableColumn, TableInfo, decode_parts, number_index
-from gpuspark.errors import LoaderError, TableError, did_you_mean
+from gpuspark.errors import LoaderError, TableError
 
 if TYPE_CHECKING:
     from gpuspark.data.load.table_loader import TableLoader
@@ -62,7 +63,7 @@ class TableDataset:
         self.root = fmt.dataset_root(os.fspath(path_or_url))
         self.manifest = fmt.load_manifest(self.root)
         self.info = TableInfo.from_manifest(self.manifest)
-        self.shards = _select_shards(self.manifest, split, self.root)
+        self.shards = select_shards(self.manifest, split, self.root)
         self.split = split
         names = list(columns) if columns is not None else [c.name for c in self.info.columns]
         self.columns: tuple[TableColumn, ...] = tuple(self.info.column(n) for n in names)
@@ -236,19 +237,6 @@ class TableDataset:
             pin_memory=pin_memory,
             device=device,
         )
-
-
-def _select_shards(manifest: fmt.Manifest, split: str | None, root: str) -> list[fmt.ShardInfo]:
-    if split is None:
-        return list(manifest.shards)
-    if split not in manifest.splits:
-        names = sorted(manifest.splits)
-        raise LoaderError(
-            f"{root} has no split {split!r}{did_you_mean(split, names)}",
-            remedy=f"use one of {names}" if names else "this dataset has no splits; use split=None",
-        )
-    by_path = {s.path: s for s in manifest.shards}
-    return [by_path[p] for p in manifest.splits[split]]
 
 
 # --------------------------------------------------------------------------- reading

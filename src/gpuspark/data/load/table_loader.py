@@ -4,12 +4,11 @@ batches read, decoded and transformed by one background thread ahead of the trai
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpuspark.data.load.prefetch import thread_ahead
 from gpuspark.data.load.table import TableDataset
 from gpuspark.errors import LoaderError
 
@@ -73,7 +72,10 @@ class TableLoader:
     def __iter__(self) -> Iterator[Any]:
         self.dataset.begin_epoch()
         source = self.dataset.stream(self.batch_size)
-        return self._deliver(_ahead(source, self.prefetch, self.pin_memory))
+        prepare = _pinned if self.pin_memory else None
+        return self._deliver(
+            thread_ahead(source, self.prefetch, prepare, name="gpuspark-table-prefetch")
+        )
 
     def _deliver(self, source: Iterator[tuple[Any, int]]) -> Iterator[Any]:
         try:
@@ -123,46 +125,6 @@ def _map_tensors(batch: Any, fn: Callable[[Any], Any]) -> Any:
     return batch
 
 
-def _ahead(source: Iterator[tuple[Any, int]], depth: int, pin: bool) -> Iterator[tuple[Any, int]]:
-    """Run ``source`` in a background thread, ``depth`` items ahead of the consumer."""
-    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for batch, rows in source:
-                if pin:
-                    batch = _map_tensors(batch, lambda t: t.pin_memory())
-                if not put((batch, rows)):
-                    return
-            put(done)
-        except BaseException as exc:  # handed to the consumer, raised there
-            put(exc)
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-
-    thread = threading.Thread(target=produce, name="gpuspark-table-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join(timeout=10)
+def _pinned(item: tuple[Any, int]) -> tuple[Any, int]:
+    batch, rows = item
+    return _map_tensors(batch, lambda t: t.pin_memory()), rows
