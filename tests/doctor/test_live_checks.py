@@ -308,3 +308,26 @@ def test_doctor_names_the_executor_host_running_another_python(
     assert check["status"] == "failure"
     assert f"executor on {socket.gethostname()}" in check["evidence"]
     assert other in check["evidence"] and "PYSPARK_PYTHON" in check["fix"]
+
+
+def test_pending_remap_and_reset_required_say_what_is_pending() -> None:
+    from dataclasses import replace
+
+    from gpuspark.doctor.parsers import GpuHealth
+
+    gpu = GpuHealth("00000000:07:00.0", remap_pending=True, remapped_uncorrectable=4)
+    (check,) = ecc_checks([gpu])
+    assert check.status is Status.WARNING
+    assert "row remapping pending (4 rows remapped for uncorrectable errors)" in check.evidence
+    (reset,) = ecc_checks([replace(gpu, remap_pending=False, reset_required=True)])
+    assert reset.status is Status.WARNING and "Reset Required: Yes" in reset.evidence
+    assert ecc_checks([GpuHealth("00000000:0F:00.0", volatile_uncorrectable=0)])[0].status is (
+        Status.OK
+    )
+
+
+def test_roce_ports_on_an_infiniband_spec_are_a_warning() -> None:
+    ports = parse_ibstat((DATA / "ibstat-roce.txt").read_text())
+    (check,) = ibstat_checks(ports, 100, "infiniband")
+    assert check.status is Status.WARNING and "RoCE" in check.evidence
+    assert ibstat_checks(ports, 100, "ethernet")[0].status is Status.OK

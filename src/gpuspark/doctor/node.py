@@ -137,12 +137,11 @@ def ecc_checks(gpus: Sequence[GpuHealth]) -> list[Check]:
                     "drain the node; run NVIDIA's field diagnostic (RMA check)",
                 )
             )
-        elif g.remap_pending or g.retired_pending:
-            what = "row remapping" if g.remap_pending else "page retirement"
+        elif g.remap_pending or g.retired_pending or g.reset_required:
             checks.append(
                 warning(
                     name,
-                    f"{what} pending",
+                    _pending_evidence(g),
                     "reset the GPU (nvidia-smi -r) or "
                     "reboot when it is idle, so the remap takes effect",
                 )
@@ -159,6 +158,19 @@ def ecc_checks(gpus: Sequence[GpuHealth]) -> list[Check]:
         else:
             checks.append(ok(name, "no uncorrectable ECC errors, no pending remap"))
     return checks
+
+
+def _pending_evidence(g: GpuHealth) -> str:
+    parts = []
+    if g.remap_pending:
+        rows = g.remapped_uncorrectable
+        count = "" if rows is None else f" ({rows} rows remapped for uncorrectable errors)"
+        parts.append("row remapping pending" + count)
+    if g.retired_pending:
+        parts.append("page retirement pending")
+    if g.reset_required:
+        parts.append("GPU Reset Status: Reset Required: Yes")
+    return "; ".join(parts)
 
 
 def gpu_stack_checks(
@@ -193,10 +205,10 @@ def ibstat_checks(ports: Sequence[IbPort] | None, spec_gbps: float, spec_kind: s
         return [info("InfiniBand ports", "no ibstat; the spec's compute network is ethernet")]
     if not ports:
         return [warning("InfiniBand ports", "ibstat lists no port", "check the HCA driver")]
-    return [_port_check(p, spec_gbps) for p in ports]
+    return [_port_check(p, spec_gbps, spec_kind) for p in ports]
 
 
-def _port_check(p: IbPort, spec_gbps: float) -> Check:
+def _port_check(p: IbPort, spec_gbps: float, spec_kind: str = "infiniband") -> Check:
     name = f"IB port {p.ca}/{p.port}"
     evidence = (
         f"State: {p.state}, Physical state: {p.physical_state}, Rate: {p.rate_gbps:g}"
@@ -215,6 +227,14 @@ def _port_check(p: IbPort, spec_gbps: float) -> Check:
             name,
             f"{evidence} Gb/s, below the spec's {spec_gbps:g} Gb/s",
             "check cable/transceiver and link width (ibportstate), or fix the spec",
+        )
+    if spec_kind == "infiniband" and p.link_layer.lower() == "ethernet":
+        return warning(
+            name,
+            f"{evidence} Gb/s, link layer Ethernet (RoCE) while the spec's compute network "
+            "is infiniband",
+            'set networks.compute.kind = "ethernet" in the spec for a RoCE fabric (and '
+            "NCCL_IB_GID_INDEX for RoCE v2), or use the HCA's InfiniBand ports",
         )
     return ok(name, f"{evidence} Gb/s ({p.link_layer})")
 
