@@ -125,7 +125,7 @@ def _run_case(
     recipe: str, case: dict[str, Any], batch: int, steps: int, reps: int
 ) -> list[dict[str, Any]]:
     from gpuspark import launch
-    from gpuspark.plan import AllreduceRow, AllreduceSweep, Calibration, CalibrateOptions
+    from gpuspark.plan import AllreduceRow, AllreduceSweep, CalibrateOptions, Calibration
     from gpuspark.plan.calibrate import probe_result
 
     opts = CalibrateOptions(

@@ -15,6 +15,7 @@ for a cluster spec, calibrated on the real cluster.
 from __future__ import annotations
 
 from gpuspark.errors import PlanError
+from gpuspark.plan.calibrate import DEFAULT_SIZES, CalibrateOptions, calibrate, decode_probe
 from gpuspark.plan.calibration import (
     AllreduceRow,
     AllreduceSweep,
@@ -23,13 +24,13 @@ from gpuspark.plan.calibration import (
     load_calibration,
     save_calibration,
 )
-from gpuspark.plan.calibrate import DEFAULT_SIZES, CalibrateOptions, calibrate, decode_probe
 from gpuspark.plan.gpus import DTYPES, GPUS, GpuModel, find_gpu
 from gpuspark.plan.model import (
     COMPRESSIONS,
     DEFAULTS,
     Plan,
     PlanRequest,
+    bus_bandwidths,
     parse_compression,
     predict,
     sweep,
@@ -60,6 +61,7 @@ __all__ = [
     "PlanRequest",
     "Reference",
     "Workload",
+    "bus_bandwidths",
     "calibrate",
     "custom_workload",
     "decode_probe",

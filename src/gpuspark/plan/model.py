@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULTS",
     "Plan",
     "PlanRequest",
+    "bus_bandwidths",
     "parse_compression",
     "predict",
     "sweep",
@@ -42,13 +43,16 @@ DEFAULTS: dict[str, float] = {
     "nvlink_latency_us": 2.0,
     "pcie_gbytes_per_s": 24.0,
     "backward_share": 2 / 3,
-    "decode_jpeg_per_core": 150.0,
-    "decode_volume_per_core": 20.0,
+    "decode_jpeg_per_core": 230.0,
+    "decode_volume_per_core": 2000.0,
 }
-"""Assumptions used when neither the workload's reference nor a calibration gives a value.
+"""Figures used when neither the workload's reference nor a calibration gives a value.
 ``nvlink_efficiency``: NCCL reaches about 80% of NVLink line rate ("protocol overhead
-~20%", https://github.com/NVIDIA/nccl-tests/issues/212); the others are round assumptions,
-not measurements: calibrate to replace them."""
+~20%", https://github.com/NVIDIA/nccl-tests/issues/212). Decode rates: what
+:func:`gpuspark.plan.decode_probe` measured on the development machine (one core of a
+2-vCPU VM: 500x375 JPEG -> float CHW, about 230/s; a 64^3 uint8 volume about 17,000/s, taken
+down to 2,000/s for larger volumes). The other figures are round assumptions, not
+measurements: calibrate to replace them."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,9 @@ class PlanRequest:
     samples: int | None = None
     """Samples per epoch (default: the workload's, e.g. ImageNet's 1,281,167)."""
     bucket_mb: float = 25.0
+    decode_per_core: float | None = None
+    """Samples/s one CPU core decodes (overrides calibration and defaults; ``inf``: decoding
+    happens on the GPUs, e.g. with DALI)."""
 
 
 @dataclass
@@ -140,7 +147,9 @@ def _hardware(spec: ClusterSpec) -> _Hardware:
     net = spec.networks.compute
     nvlink = group.nvlink_gbytes_per_s
     # NVIDIA quotes NVLink bidirectional; a ring sends one way at a time.
-    intra = (nvlink / 2 * DEFAULTS["nvlink_efficiency"] if nvlink else DEFAULTS["pcie_gbytes_per_s"])
+    intra = DEFAULTS["pcie_gbytes_per_s"]
+    if nvlink:
+        intra = nvlink / 2 * DEFAULTS["nvlink_efficiency"]
     return _Hardware(
         gpus_per_node=group.gpus_per_node,
         cpu_cores=group.cpu_cores,
@@ -149,6 +158,13 @@ def _hardware(spec: ClusterSpec) -> _Hardware:
         intra_latency_s=DEFAULTS["nvlink_latency_us"] * 1e-6,
         inter_latency_s=net.latency_us * 1e-6,
     )
+
+
+def bus_bandwidths(spec: ClusterSpec) -> dict[str, float]:
+    """The bus bandwidths (bytes/s) the planner uses for ``spec``'s first node group: inside a
+    node (``nvlink``, or PCIe without NVLink) and across nodes (``network``)."""
+    hw = _hardware(spec)
+    return {"nvlink": hw.intra_busbw, "network": hw.inter_busbw}
 
 
 def _world(req: PlanRequest, hw: _Hardware) -> tuple[int, int]:
@@ -288,6 +304,8 @@ def _decode_rate(req: PlanRequest, cal: Calibration | None) -> tuple[float | Non
     fmt = req.workload.decode_format
     if fmt == "none":
         return None, "none"
+    if req.decode_per_core is not None:
+        return req.decode_per_core, "option"
     if cal is not None and fmt in cal.decode:
         return cal.decode[fmt], "calibration"
     return DEFAULTS[f"decode_{fmt}_per_core"], "assumed"
@@ -355,7 +373,7 @@ def _one(spec: ClusterSpec, req: PlanRequest, cal: Calibration | None) -> Plan:
         bytes_sent=sent,
         buckets=nb,
         time_to_train_s=ttt,
-        bottleneck=max(parts, key=lambda k: parts[k]),
+        bottleneck="input pipeline" if decode_s > busy else max(parts, key=lambda k: parts[k]),
         input_bound=decode_s > busy,
         sources={"compute": compute_src, "comm": comm.source, "decode": decode_src},
     )

@@ -159,14 +159,14 @@ def recipe_workload(
     shape = tuple(input_shape or default)
     cfg = RecipeConfig(data="-", **(options or {}))
     net = build_model(recipe, cfg, num_classes)
-    x = torch.zeros((1, *shape))
+    x = torch.zeros((2, *shape))  # 2 samples: batch norm in training mode needs more than 1
     counter = FlopCounterMode(display=False)
     with counter:
         net(x).sum().backward()
     return Workload(
         name=recipe,
         shapes=tuple(tuple(p.shape) for p in net.parameters()),
-        flops_per_sample=float(counter.get_total_flops()),
+        flops_per_sample=float(counter.get_total_flops()) / 2,
         decode_format="volume" if recipe == "resnet3d" else "jpeg",
         notes=(f"input {'x'.join(map(str, shape))}, options {options or {}}",),
     )
