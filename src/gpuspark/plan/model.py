@@ -308,7 +308,7 @@ def _decode_rate(req: PlanRequest, cal: Calibration | None) -> tuple[float | Non
         return req.decode_per_core, "option"
     if cal is not None and fmt in cal.decode:
         return cal.decode[fmt], "calibration"
-    return DEFAULTS[f"decode_{fmt}_per_core"], "assumed"
+    return DEFAULTS[f"decode_{fmt}_per_core"], "default"
 
 
 def _validate(req: PlanRequest) -> None:
