@@ -208,14 +208,16 @@ def _default_input(recipe: str) -> tuple[int, ...]:
     return (1, 64, 64, 64) if recipe == "resnet3d" else (3, 224, 224)
 
 
-def probe_result(opts: CalibrateOptions, runs: list[dict[str, Any]]) -> ComputeProbe:
-    """A :class:`ComputeProbe` from :func:`compute_probe` results (``none`` sets the compute
-    figures; every run gives its compression's hook seconds)."""
+def probe_result(
+    opts: CalibrateOptions, runs: list[dict[str, Any]], base: str = "none"
+) -> ComputeProbe:
+    """A :class:`ComputeProbe` from :func:`compute_probe` results (the ``base`` compression's
+    run sets the compute figures; every run gives its compression's hook seconds)."""
     from gpuspark.plan.workloads import recipe_workload
 
     assert opts.recipe is not None
     shape = tuple(opts.input_shape or _default_input(opts.recipe))
-    base = next((r for r in runs if r["compression"] == "none"), runs[0])
+    first = next((r for r in runs if r["compression"] == base), runs[0])
     work = recipe_workload(opts.recipe, shape, opts.options)
     return ComputeProbe(
         recipe=opts.recipe,
@@ -224,10 +226,10 @@ def probe_result(opts: CalibrateOptions, runs: list[dict[str, Any]]) -> ComputeP
         batch=opts.batch,
         ranks=opts.ranks,
         threads=opts.threads,
-        sample_s=base["sample_s"],
-        backward_share=base["backward_share"],
-        optimizer_s=base["optimizer_s"],
-        straggler_s=base.get("straggler_s", 0.0),
+        sample_s=first["sample_s"],
+        backward_share=first["backward_share"],
+        optimizer_s=first["optimizer_s"],
+        straggler_s=first.get("straggler_s", 0.0),
         flops_per_sample=work.flops_per_sample,
         shapes=work.shapes,
         hook_s={r["compression"]: r["hook_s"] for r in runs},

@@ -94,6 +94,7 @@ def plot_scaling(plans: Sequence[Plan], path: str | os.PathLike[str], title: str
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=100)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a plot is for sharing
         os.replace(tmp, target)
     finally:
         plt.close(fig)
