@@ -50,9 +50,9 @@ DEFAULTS: dict[str, float] = {
 ``nvlink_efficiency``: NCCL reaches about 80% of NVLink line rate ("protocol overhead
 ~20%", https://github.com/NVIDIA/nccl-tests/issues/212). Decode rates: what
 :func:`gpuspark.plan.decode_probe` measured on the development machine (one core of a
-2-vCPU VM: 500x375 JPEG -> float CHW, about 230/s; a 64^3 uint8 volume about 17,000/s, taken
-down to 2,000/s for larger volumes). The other figures are round assumptions, not
-measurements: calibrate to replace them."""
+2-vCPU VM: 500x375 JPEG -> float CHW, 230/s under load, 460/s idle: the lower is used; a 64^3
+uint8 volume about 15,000/s, taken down to 2,000/s for larger volumes). The other figures
+are round assumptions, not measurements: calibrate to replace them."""
 
 
 @dataclass(frozen=True)
@@ -275,9 +275,15 @@ def _hook_s(req: PlanRequest, cal: Calibration | None) -> float:
 
 
 def _comm(
-    req: PlanRequest, comm: _Comm, backend: str, backward_s: float, cal: Calibration | None
+    req: PlanRequest,
+    comm: _Comm,
+    backend: str,
+    compute_s: float,
+    backward_share: float,
+    cal: Calibration | None,
 ) -> tuple[float, float, int, int, int]:
     """(total comm s, exposed s, bytes raw, bytes sent, buckets) of one step."""
+    backward_s = compute_s * backward_share
     shapes = req.workload.shapes
     raw = f.compressed_bytes(shapes, "none")
     sent = f.compressed_bytes(shapes, req.compression, req.powersgd_rank)
@@ -286,7 +292,9 @@ def _comm(
     if req.strategy == "fsdp":
         bw, lat = comm.flat_busbw()
         total = f.fsdp_comm_s(sent, comm.gpus, bw, lat)
-        return total, max(0.0, total - backward_s * 1.5), raw, sent, 1
+        # FSDP prefetches the next all-gather during forward and backward: communication
+        # hides behind all of the compute, only the excess shows.
+        return total, max(0.0, total - compute_s), raw, sent, 1
     buckets = _buckets(req, backend)
     ratio = sent / raw
     if req.compression == "powersgd":
@@ -338,7 +346,7 @@ def _one(spec: ClusterSpec, req: PlanRequest, cal: Calibration | None) -> Plan:
     back = probe.backward_share if probe is not None else DEFAULTS["backward_share"]
     backend = (cal.allreduce.backend if cal and cal.allreduce else None) or "nccl"
     comm = _Comm(hw, nodes, gpus, cal)
-    total, exposed, raw, sent, nb = _comm(req, comm, backend, compute_s * back, cal)
+    total, exposed, raw, sent, nb = _comm(req, comm, backend, compute_s, back, cal)
     if probe is not None and gpus > 1:
         # A rank faster than the slowest waits in the last all-reduce: exposed communication.
         exposed += probe.straggler_s
