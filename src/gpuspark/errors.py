@@ -20,6 +20,7 @@ __all__ = [
     "LoaderError",
     "MonitorError",
     "NotADatasetError",
+    "PlanError",
     "PrepError",
     "QuarantineError",
     "RecipeError",
@@ -159,6 +160,10 @@ class CheckpointError(GpusparkError):
 
 class RecipeError(GpusparkError, ValueError):
     """A recipe name or option is invalid."""
+
+
+class PlanError(GpusparkError, ValueError):
+    """A performance plan cannot be made: unknown model or GPU, missing or bad inputs."""
 
 
 class MonitorError(GpusparkError):

@@ -18,6 +18,7 @@ _MODULES = [
     "gpuspark.cli.cmd_monitor",
     "gpuspark.cli.cmd_doctor",
     "gpuspark.cli.cmd_quota",
+    "gpuspark.cli.cmd_plan",
     "gpuspark.cli.cmd_demo",
 ]
 

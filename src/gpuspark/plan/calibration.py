@@ -1,0 +1,165 @@
+"""Calibration results as data: the all-reduce sweep, the compute probe, the decode probe.
+
+Written by :func:`gpuspark.plan.calibrate` as JSON next to the spec; read by
+``gpuspark plan --calibration FILE``. Only the parts measured are present.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuspark import storage
+from gpuspark.errors import PlanError
+
+__all__ = [
+    "AllreduceRow",
+    "AllreduceSweep",
+    "Calibration",
+    "ComputeProbe",
+    "load_calibration",
+    "save_calibration",
+]
+
+
+@dataclass(frozen=True)
+class AllreduceRow:
+    """One message size of the sweep, in nccl-tests' ``all_reduce_perf`` columns."""
+
+    bytes: int
+    time_s: float
+    algbw: float
+    """``bytes / time``, bytes/s."""
+    busbw: float
+    """``algbw * 2(n-1)/n``, bytes/s."""
+
+
+@dataclass(frozen=True)
+class AllreduceSweep:
+    """All-reduce times measured over ``world`` ranks on ``backend``."""
+
+    world: int
+    backend: str
+    rows: tuple[AllreduceRow, ...]
+
+    def time_s(self, nbytes: float) -> float:
+        """Seconds for one all-reduce of ``nbytes`` over ``world`` ranks: log-log
+        interpolation between measured sizes, the largest size's algbw beyond them."""
+        if nbytes <= 0:
+            return 0.0
+        rows = sorted(self.rows, key=lambda r: r.bytes)
+        sizes = [r.bytes for r in rows]
+        if nbytes <= sizes[0]:
+            return rows[0].time_s
+        if nbytes >= sizes[-1]:
+            last = rows[-1]
+            return last.time_s + (nbytes - last.bytes) / last.algbw
+        i = bisect.bisect_left(sizes, nbytes)
+        a, b = rows[i - 1], rows[i]
+        f = (math.log(nbytes) - math.log(a.bytes)) / (math.log(b.bytes) - math.log(a.bytes))
+        return math.exp(math.log(a.time_s) + f * (math.log(b.time_s) - math.log(a.time_s)))
+
+    @property
+    def busbw(self) -> float:
+        """Bus bandwidth at the largest size, bytes/s."""
+        return max(self.rows, key=lambda r: r.bytes).busbw
+
+    @property
+    def latency_s(self) -> float:
+        """Per-step latency implied by the smallest size: ``t_min / 2(n-1)``."""
+        small = min(self.rows, key=lambda r: r.bytes)
+        return small.time_s / max(1, 2 * (self.world - 1))
+
+
+@dataclass(frozen=True)
+class ComputeProbe:
+    """The recipe's forward + backward per sample, measured on each of ``ranks`` concurrent
+    ranks with ``threads`` torch threads (the conditions of training)."""
+
+    recipe: str
+    options: dict[str, Any]
+    input_shape: tuple[int, ...]
+    batch: int
+    ranks: int
+    threads: int
+    sample_s: float
+    """Forward + backward seconds per sample (batch time / batch)."""
+    backward_share: float
+    """Share of forward + backward spent in backward."""
+    optimizer_s: float
+    """``optimizer.step()`` + ``zero_grad`` seconds per step (AdamW, as the recipes)."""
+    flops_per_sample: float
+    shapes: tuple[tuple[int, ...], ...]
+    device: str = "cpu"
+    straggler_s: float = 0.0
+    """Mean seconds per step a rank waits for the slowest of ``ranks`` (uneven speed)."""
+    hook_s: dict[str, float] = field(default_factory=dict)
+    """Per compression: seconds the DDP communication hook runs after backward hands over the
+    last bucket, on a one-rank group (no network: the compression's own work)."""
+
+    @property
+    def flops_per_s(self) -> float:
+        """FLOP/s one rank achieves on this network."""
+        return self.flops_per_sample / self.sample_s
+
+
+@dataclass
+class Calibration:
+    """What ``gpuspark plan calibrate`` measured on a cluster."""
+
+    allreduce: AllreduceSweep | None = None
+    compute: ComputeProbe | None = None
+    decode: dict[str, float] = field(default_factory=dict)
+    """Samples/s one core decodes, per format (``jpeg``, ``volume``)."""
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+def _sweep(d: dict[str, Any]) -> AllreduceSweep:
+    rows = tuple(AllreduceRow(**r) for r in d["rows"])
+    return AllreduceSweep(world=int(d["world"]), backend=str(d["backend"]), rows=rows)
+
+
+def _compute(d: dict[str, Any]) -> ComputeProbe:
+    d = dict(d)
+    d["input_shape"] = tuple(d["input_shape"])
+    d["shapes"] = tuple(tuple(s) for s in d["shapes"])
+    return ComputeProbe(**d)
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration JSON; a missing or malformed file raises :class:`PlanError`."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+        return Calibration(
+            allreduce=_sweep(data["allreduce"]) if data.get("allreduce") else None,
+            compute=_compute(data["compute"]) if data.get("compute") else None,
+            decode={str(k): float(v) for k, v in (data.get("decode") or {}).items()},
+            machine=dict(data.get("machine") or {}),
+        )
+    except FileNotFoundError:
+        raise PlanError(
+            f"calibration file {p} does not exist",
+            remedy="run `gpuspark plan calibrate --out FILE` first, or drop --calibration",
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PlanError(
+            f"calibration file {p} is not a gpuspark calibration: {exc}",
+            remedy="write it again with `gpuspark plan calibrate`",
+        ) from None
+
+
+def save_calibration(cal: Calibration, path: str | Path) -> Path:
+    """Write ``cal`` as JSON (temp + rename); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    storage.atomic_write_text(p, json.dumps(cal.as_dict(), indent=2) + "\n")
+    return p
