@@ -198,6 +198,14 @@ def _options_of(command: Any) -> set[str]:
     return names
 
 
+def _takes_value(command: Any, name: str) -> bool:
+    """Whether option ``name`` of ``command`` is followed by a value (not a flag)."""
+    for param in command.params:
+        if name in [*param.opts, *param.secondary_opts]:
+            return not (getattr(param, "is_flag", False) or getattr(param, "count", False))
+    return False
+
+
 def cli_problems(words: list[str], *, complete: bool) -> list[str]:
     """Why ``gpuspark WORDS...`` would not parse: an unknown sub-command or option. With
     ``complete``, the words must reach a command (not stop at a group), unless a placeholder
@@ -209,13 +217,18 @@ def cli_problems(words: list[str], *, complete: bool) -> list[str]:
 
     command: Any = typer.main.get_command(app)
     path = ["gpuspark"]
+    value_next = False
     for word in words[1:]:
         if word == "--":
             break
+        if value_next:  # the value of a group's option (`gpuspark plan --spec FILE ...`)
+            value_next = False
+            continue
         if re.match(r"--?[A-Za-z]", word):
             name = word.split("=", 1)[0]
             if name not in _options_of(command):
                 return [f"'{' '.join(path)}' has no option {name}"]
+            value_next = "=" not in word and _takes_value(command, name)
             continue
         if not hasattr(command, "commands"):
             continue  # an argument or an option's value
