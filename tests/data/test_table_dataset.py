@@ -485,3 +485,16 @@ def test_read_speed(tmp_path: Path) -> None:
     print(f"TableDataset: {rate / 1e6:.2f}M rows/s ({width} float32 columns)")
     assert rows == n
     assert rate >= 300_000, f"{rate:.0f} rows/s"
+
+
+def test_features_label_casts_neighbouring_columns_of_one_matrix_in_one_pass() -> None:
+    from gpuspark.data.table import FeaturesLabel
+
+    matrix = np.arange(60, dtype=np.float64).reshape(10, 6) / 7
+    cols = {f"c{j}": matrix[2:9, j] for j in range(6)}  # views, as the reader hands them out
+    cols["y"] = np.arange(7)
+    for names in (["c1", "c2", "c3"], ["c3", "c2"], ["c0", "c2", "c4"], ["c5"]):
+        x, y = FeaturesLabel(names, "y")(cols)
+        want = np.stack([matrix[2:9, int(n[1])] for n in names], axis=1).astype(np.float32)
+        np.testing.assert_array_equal(x.numpy(), want)
+        assert y.tolist() == list(range(7))

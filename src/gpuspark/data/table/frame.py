@@ -115,12 +115,35 @@ def _features_matrix(batch: dict[str, Any], names: Sequence[str]) -> np.ndarray:
             run.append(values)
             continue
         if run:
-            parts.append(np.stack(run, axis=1, dtype=np.float32, casting="same_kind"))
+            parts.append(_stack(run))
             run = []
         parts.append(_as_matrix(values, name))
     if run:
-        parts.append(np.stack(run, axis=1, dtype=np.float32, casting="same_kind"))
+        parts.append(_stack(run))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+
+
+def _stack(columns: list[np.ndarray]) -> np.ndarray:
+    """``columns`` side by side as float32 [n, k]. Columns that are neighbouring columns of
+    one matrix (the table reader hands number columns out as views of its per-dtype matrix)
+    are cast in one pass over that matrix instead of one strided pass per column."""
+    first = columns[0]
+    step = first.itemsize
+    ptr = first.__array_interface__["data"][0]
+    adjacent = all(
+        c.dtype == first.dtype
+        and c.shape == first.shape
+        and c.strides == first.strides
+        and c.__array_interface__["data"][0] == ptr + i * step
+        for i, c in enumerate(columns)
+    )
+    if adjacent and len(columns) > 1 and first.strides[0] >= step * len(columns):
+        view = np.lib.stride_tricks.as_strided(
+            first, shape=(len(first), len(columns)), strides=(first.strides[0], step),
+            writeable=False,
+        )  # fmt: skip
+        return view.astype(np.float32)
+    return np.stack(columns, axis=1, dtype=np.float32, casting="same_kind")
 
 
 def _as_matrix(values: Any, name: str) -> np.ndarray:
