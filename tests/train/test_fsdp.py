@@ -64,6 +64,8 @@ _SCRIPT = textwrap.dedent(
         def aug(x, y):
             return x + 0.1 * torch.randn_like(x), y
         def tick(step):
+            if rank == 0 and stop_at == -1:
+                print(f"step {step}", flush=True)
             if step == stop_at:
                 raise Stop()
         cfg = FitConfig(epochs=epochs, checkpoint_dir=ckdir, checkpoint_every=2 if ckdir else 0,
@@ -118,6 +120,13 @@ _SCRIPT = textwrap.dedent(
         if rank == 0:
             torch.save(ref, out + ".ref.pt")
 
+    def run(rank, out, ckdir, resume):
+        # stop_at=-1: print every step for the parent, which may SIGKILL the run
+        m, _ = train(rank, "fsdp", 3, ckdir=ckdir, resume=resume == "1", stop_at=-1)
+        w = full(m)
+        if rank == 0:
+            torch.save(w, out)
+
     def load_then_export(rank, out, src):
         from gpuspark.train import prepare, sharded
         m = prepare(model(), strategy="fsdp")
@@ -128,7 +137,8 @@ _SCRIPT = textwrap.dedent(
                           WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
         torch.set_num_threads(1)
         torch.use_deterministic_algorithms(True)
-        {"main": main, "save": save_then_export, "load": load_then_export}[mode](rank, *args)
+        modes = {"main": main, "save": save_then_export, "load": load_then_export, "run": run}
+        modes[mode](rank, *args)
         dist.destroy_process_group()
 
     if __name__ == "__main__":
@@ -155,7 +165,7 @@ def _spawn(tmp: Path, mode: str, world: int, *args: str) -> None:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     d = tmp_path_factory.mktemp("fsdp")
     _spawn(d, "main", 2, str(d / "out.json"))
-    return dict(json.loads((d / "out.json").read_text()))
+    return {**json.loads((d / "out.json").read_text()), "dir": d / "out.json.ck"}
 
 
 def test_fsdp_ranks_hold_half_the_model_state(runs: dict[str, Any]) -> None:
@@ -249,3 +259,57 @@ def test_checkpoint_reshards_between_world_4_and_2(tmp_path: Path) -> None:
         assert same(d / "w.ref.pt", d / f"at{loaded}.pt"), (saved, loaded)
         sharded.export_consolidated(ck, d / "offline.pt")  # no process group
         assert same(d / "w.ref.pt", d / "offline.pt")
+
+
+def test_sharded_checkpoints_in_the_common_directory_logic(runs: dict[str, Any]) -> None:
+    import torch
+
+    from gpuspark.errors import CheckpointError
+    from gpuspark.train import checkpoint as ck
+
+    cut = runs["dir"] / "cut"
+    info = ck.inspect(cut)
+    assert info is not None and info.sharded and info.world_size == 2 and info.step == 18
+    assert ck.check_config(cut, {}, world_size=4) == info  # resharding: any world size
+    # a torn staging directory and a .dcp without meta.pt (never committed) are not checkpoints
+    (cut / ".step-000000099.dcp.tmp").mkdir()
+    (cut / "step-000000100.dcp").mkdir()
+    assert ck.latest(cut) == cut / "step-000000018.dcp"
+    with pytest.raises(CheckpointError, match=r"is sharded \(FSDP/HSDP\), this model is not"):
+        ck.load(cut, model=torch.nn.Linear(2, 2))
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_sharded_is_bitwise_exact(tmp_path: Path) -> None:
+    import os
+    import random
+    import signal
+    import time
+
+    import torch
+
+    script = tmp_path / "run.py"
+    script.write_text(_SCRIPT)
+
+    def launch(ck: str, out: str, resume: str, kill_at: int | None = None) -> None:
+        cmd = [sys.executable, str(script), "run", "2", str(tmp_path / out), str(tmp_path / ck)]
+        proc = subprocess.Popen(
+            [*cmd, resume], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if kill_at is not None and line.startswith("step ") and int(line.split()[1]) >= kill_at:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        proc.wait(timeout=300)
+        assert proc.returncode == (-signal.SIGKILL if kill_at is not None else 0)
+        time.sleep(0.3 if kill_at is not None else 0)
+
+    launch("full", "full.pt", "0")
+    kill_at = random.Random().randint(2, 14)
+    launch("cut", "killed.pt", "0", kill_at=kill_at)
+    assert not (tmp_path / "killed.pt").exists()
+    launch("cut", "resumed.pt", "1")
+    a = torch.load(tmp_path / "full.pt", weights_only=True)
+    b = torch.load(tmp_path / "resumed.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), kill_at

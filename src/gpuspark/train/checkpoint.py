@@ -6,6 +6,8 @@ CUDA) and communication-hook state (PowerSGD error feedback), gathered to rank 0
 rank continues exactly where it stopped. The file is written under a temporary name in the same
 directory and renamed into place, so a run killed at any moment leaves either the previous
 checkpoint or the new one, never half of one. Only the last ``keep`` checkpoints are kept.
+Sharded models (FSDP/HSDP) write ``step-<n>.dcp`` directories instead
+(:mod:`gpuspark.train.sharded`); listing, ``latest``, ``inspect`` and ``check_config`` cover both.
 
 A checkpoint also records ``config``: the options that shape the model (recipe, depth, width,
 classes, ...). :func:`inspect` reads it cheaply (the tensors are memory-mapped, not read) and
