@@ -54,7 +54,7 @@ _SCRIPT = textwrap.dedent(
     class Stop(Exception):
         pass
 
-    def train(rank, strategy, epochs, ckdir=None, resume=False, stop_at=None, **kw):
+    def train(rank, strategy, epochs, ckdir=None, resume=False, stop_at=None, accum=1, **kw):
         from gpuspark.train import prepare
         from gpuspark.train.loop import FitConfig, fit
         m = prepare(model(), strategy=strategy, **kw)
@@ -69,7 +69,8 @@ _SCRIPT = textwrap.dedent(
             if step == stop_at:
                 raise Stop()
         cfg = FitConfig(epochs=epochs, checkpoint_dir=ckdir, checkpoint_every=2 if ckdir else 0,
-                        keep=2, resume=resume, log=None, metrics_port=0)
+                        keep=2, resume=resume, log=None, metrics_port=0,
+                        accum_steps=accum)
         try:
             hist = fit(m, opt, torch.nn.functional.cross_entropy, Data(rank), config=cfg,
                        scheduler=sched, transform=aug, on_step=tick)
@@ -97,6 +98,9 @@ _SCRIPT = textwrap.dedent(
             m, hist = train(rank, strategy, 1, **kw)
             res[name] = {"loss": [h["loss"] for h in hist], "memory": hist[-1]["memory"],
                          "mesh": list(m.gpuspark_info.mesh.shape)}
+        for strategy in ("ddp", "fsdp"):  # gradient accumulation: no_sync / no reduce-scatter
+            _, hist = train(rank, strategy, 2, accum=3)
+            res[f"{strategy}_accum"] = [h["loss"] for h in hist] + [hist[-1]["steps"]]
         # exact resume: uninterrupted vs stopped at step 9 of 18 (mid-epoch 1) then resumed
         d = out + ".ck"
         m, _ = train(rank, "fsdp", 3, ckdir=d + "/full")
@@ -189,6 +193,9 @@ def test_fsdp_and_ddp_reach_the_same_loss(runs: dict[str, Any]) -> None:
     for a, b in zip(ddp, fsdp, strict=True):
         assert abs(a - b) < 1e-4, (ddp, fsdp)
     assert runs["fsdp"]["max_weight_diff"] < 1e-4
+    ddp_acc, fsdp_acc = runs["ddp_accum"], runs["fsdp_accum"]
+    assert ddp_acc[-1] == fsdp_acc[-1] == 2  # 6 micro-batches / 3 per step
+    assert all(abs(a - b) < 1e-4 for a, b in zip(ddp_acc, fsdp_acc, strict=True)), runs
 
 
 def test_hsdp_and_activation_checkpointing_train(runs: dict[str, Any]) -> None:
