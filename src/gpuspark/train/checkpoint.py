@@ -6,6 +6,8 @@ CUDA) and communication-hook state (PowerSGD error feedback), gathered to rank 0
 rank continues exactly where it stopped. The file is written under a temporary name in the same
 directory and renamed into place, so a run killed at any moment leaves either the previous
 checkpoint or the new one, never half of one. Only the last ``keep`` checkpoints are kept.
+Sharded models (FSDP/HSDP) write ``step-<n>.dcp`` directories instead
+(:mod:`gpuspark.train.sharded`); listing, ``latest``, ``inspect`` and ``check_config`` cover both.
 
 A checkpoint also records ``config``: the options that shape the model (recipe, depth, width,
 classes, ...). :func:`inspect` reads it cheaply (the tensors are memory-mapped, not read) and
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,8 @@ __all__ = [
     "set_rng_state",
 ]
 
-_NAME = re.compile(r"^step-(\d{9})\.pt$")
+_NAME = re.compile(r"^step-(\d{9})\.(pt|dcp)$")
+"""``.pt``: one file (DDP); ``.dcp``: a sharded checkpoint directory (:mod:`.sharded`)."""
 _FRESH = "start a fresh --checkpoint-dir"
 
 
@@ -69,6 +73,8 @@ class CheckpointInfo:
     world_size: int
     config: dict[str, Any] | None
     """The options that shaped the model (``None``: the writer recorded none)."""
+    sharded: bool = False
+    """A sharded (``.dcp``) checkpoint: it loads at any world size."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -104,6 +110,8 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
     if not d.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _NAME.match(p.name))]
+    # A .dcp directory without meta.pt is not committed (renamed in place only when complete).
+    found = [(n, p) for n, p in found if p.suffix == ".pt" or (p / "meta.pt").is_file()]
     return [p for _, p in sorted(found)]
 
 
@@ -193,7 +201,10 @@ def save(
         }
         path = _write(Path(directory), step, payload, torch)
         for old in list_checkpoints(directory)[: -max(1, keep)]:
-            old.unlink(missing_ok=True)
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
     if dist_on:
         dist.barrier()
     return path
@@ -238,6 +249,12 @@ def load(
     if p is None:
         return None
     payload = _read(p)
+    if payload.get("sharded"):
+        raise CheckpointError(
+            f"checkpoint {p} is sharded (FSDP/HSDP), this model is not",
+            remedy="prepare the model with strategy='fsdp' or 'hsdp', or export it with "
+            "gpuspark.train.sharded.export_consolidated",
+        )
     rank, world, _ = _world()
     _check_world(p, int(payload["world_size"]), world)
     if config is not None:
@@ -280,6 +297,7 @@ def inspect(path_or_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
         step=int(payload["step"]),
         world_size=int(payload["world_size"]),
         config=payload.get("config"),
+        sharded=bool(payload.get("sharded")),
     )
 
 
@@ -298,7 +316,7 @@ def check_config(
     info = inspect(path_or_dir)
     if info is None:
         return None
-    if world_size is not None:
+    if world_size is not None and not info.sharded:
         _check_world(info.path, info.world_size, world_size)
     _check_fields(info.path, info.config, config)
     return info
@@ -330,7 +348,7 @@ def check_dir(directory: str | os.PathLike[str]) -> None:
 
 def _resolve(path_or_dir: str | os.PathLike[str]) -> Path | None:
     p = Path(path_or_dir)
-    if p.is_dir() or not p.exists():
+    if (p.is_dir() and not _NAME.match(p.name)) or not p.exists():
         return latest(p)
     return p
 
@@ -341,7 +359,8 @@ def _read(p: Path, *, mmap: bool = False) -> dict[str, Any]:
 
     remedy = f"delete {p.name} to resume from the previous checkpoint, or {_FRESH}"
     try:
-        payload = torch.load(p, map_location="cpu", weights_only=False, mmap=mmap)
+        src = p / "meta.pt" if p.is_dir() else p
+        payload = torch.load(src, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as exc:  # a corrupt file: torch and pickle raise several types
         raise CheckpointError(
             f"checkpoint {p} cannot be read ({_first_line(exc)})", remedy=remedy

@@ -331,14 +331,20 @@ class _Info:
 def prepare(
     model: torch.nn.Module,
     *,
+    strategy: str = "ddp",
     compression: str | None = None,
     powersgd_rank: int = 2,
     powersgd_start_iter: int = 10,
     amp: str | None = None,
     bucket_cap_mb: float = 25,
     find_unused_parameters: bool = False,
-) -> torch.nn.parallel.DistributedDataParallel:
+    **sharded: Any,
+) -> Any:
     """Wrap ``model`` in DDP on this rank's device with a measured communication hook.
+
+    ``strategy="fsdp"`` or ``"hsdp"`` shards it instead (FSDP2): see
+    :func:`gpuspark.train.fsdp.prepare_sharded` for its options (``reduce_dtype``, ``wrap``,
+    ``checkpoint_activations``, ``cpu_offload``, ``shard_size``); those are refused for DDP.
 
     The default process group is initialised from the environment if it is not yet
     (see :func:`init_distributed`). ``compression`` is ``None``, ``"fp16"``, ``"bf16"`` or
@@ -352,6 +358,17 @@ def prepare(
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
     from torch.nn.parallel import DistributedDataParallel
 
+    if strategy != "ddp" or sharded:
+        from gpuspark.train import fsdp
+
+        if strategy == "ddp":
+            raise DDPError(
+                f"option(s) {', '.join(sorted(sharded))} apply to strategy 'fsdp'/'hsdp' only",
+                remedy="pass strategy='fsdp' or 'hsdp', or drop them",
+            )
+        return fsdp.prepare_sharded(
+            model, strategy=strategy, compression=compression, amp=amp, **sharded
+        )
     comp = _check(compression, amp, powersgd_rank, powersgd_start_iter)
     init_distributed()
     device = _device()

@@ -15,6 +15,9 @@ breakdown above, gradient bytes, loss, learning rate, epoch, last-step time, loa
 Resume is exact: model, optimizer, scheduler, scaler, per-rank RNG and PowerSGD state come from
 the checkpoint, and the loader is put back at the same batch (its ``load_state_dict`` when it
 has one, else by replaying the epoch's order and skipping the batches already used).
+A sharded model (``strategy="fsdp"``/``"hsdp"``) checkpoints through
+:mod:`gpuspark.train.sharded` instead; each epoch's metrics carry ``memory``, this rank's
+parameter, gradient and optimizer-state bytes (:func:`gpuspark.train.fsdp.memory_accounting`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspark.train import checkpoint as ckpt
+from gpuspark.train import fsdp, sharded
 from gpuspark.train import metrics as mx
 
 __all__ = ["FitConfig", "fit", "to_device"]
@@ -175,7 +179,8 @@ def fit(
     if cfg.resume and cfg.checkpoint_dir and ckpt.latest(cfg.checkpoint_dir) is not None:
         if model.gpuspark_info.meter.compression == "powersgd":
             _prime_buckets(model, optimizer, loss_fn, loader, transform)
-        res = ckpt.load(
+        store: Any = sharded if fsdp.is_sharded(model) else ckpt
+        res = store.load(
             cfg.checkpoint_dir,
             model=model,
             optimizer=optimizer,
@@ -287,6 +292,8 @@ class _State:
         self._mark: tuple[float, int, float, float, float, float] = (0.0, 0, 0.0, 0.0, 0.0, 0.0)
         self._comm: Any = None
         self._loss = 0.0
+        self.memory: dict[str, int] = {}
+        """This rank's model-state bytes (:func:`~gpuspark.train.fsdp.memory_accounting`)."""
 
     # -- epoch ------------------------------------------------------------------------------
     def run_epoch(self, loader: Any, epoch: int, skip_steps: int, loader_state: Any) -> _Acc:
@@ -335,7 +342,7 @@ class _State:
         t0 = self.sync()
         if last:
             self.meter.begin_step()
-        ctx = contextlib.nullcontext() if last else self.model.no_sync()
+        ctx = contextlib.nullcontext() if last else fsdp.no_sync(self.model)
         with ctx:
             with ddp.autocast(self.model):
                 out = self.model(x)
@@ -362,6 +369,10 @@ class _State:
             self.scaler.update()
         else:
             self.optimizer.step()
+        if acc.steps == 0:  # shapes do not change: count this rank's bytes once per epoch
+            t_mem = time.perf_counter()
+            self.memory = fsdp.memory_accounting(self.model, self.optimizer)
+            t0 += time.perf_counter() - t_mem
         self.optimizer.zero_grad(set_to_none=True)
         if self.scheduler is not None and self.cfg.scheduler_interval == "step":
             self.scheduler.step()
@@ -415,7 +426,8 @@ class _State:
     def checkpoint(self, epoch: int, step_in_epoch: int) -> None:
         if not self.cfg.checkpoint_dir:
             return
-        ckpt.save(
+        store: Any = sharded if fsdp.is_sharded(self.model) else ckpt
+        store.save(
             self.cfg.checkpoint_dir,
             model=self.model,
             optimizer=self.optimizer,
@@ -455,5 +467,6 @@ class _State:
             bytes_sent=int(comm["bytes_sent"]),
             comm_steps=int(comm["steps"]),
             restarts=_restarts(),
+            memory=dict(self.memory),
             **extra,
         )
