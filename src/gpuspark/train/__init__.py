@@ -15,6 +15,8 @@ _LAZY = {
     "restart_count": "gpuspark.launch",
     "prepare": "gpuspark.train.ddp",
     "comm_meter": "gpuspark.train.ddp",
+    "memory_accounting": "gpuspark.train.fsdp",
+    "export_consolidated": "gpuspark.train.sharded",
     "fit": "gpuspark.train.loop",
     "FitConfig": "gpuspark.train.loop",
     "RecipeConfig": "gpuspark.train.recipes",
