@@ -54,7 +54,9 @@ def _workload(
     probe = cal.compute if cal is not None else None
     if model is not None and probe is not None and probe.recipe == model:
         # The calibrated network itself: its shapes and FLOPs were recorded by the probe.
-        fmt = "volume" if model == "resnet3d" else "jpeg"
+        from gpuspark.train.recipes import get_recipe
+
+        fmt = get_recipe(model).input_kind or "jpeg"
         return Workload(model, probe.shapes, probe.flops_per_sample, decode_format=fmt)
     if model is not None:
         return find_workload(model)
@@ -225,8 +227,10 @@ def calibrate_cmd(
     from gpuspark.plan import CalibrateOptions, calibrate, save_calibration
 
     shape = parse_numbers(input_shape, int, None, "--input", "comma-separated sizes")
+    from gpuspark.train.recipes import get_recipe
+
     options: dict[str, object] = {"width": width}
-    if recipe == "resnet3d":
+    if "depth" in get_recipe(recipe).shape_options:
         options["depth"] = depth
     opts = CalibrateOptions(recipe=recipe, options=options, input_shape=shape, batch=batch,
                             threads=threads, ranks=ranks)  # fmt: skip

@@ -205,7 +205,9 @@ def _straggler_s(own: list[float]) -> float:
 
 
 def _default_input(recipe: str) -> tuple[int, ...]:
-    return (1, 64, 64, 64) if recipe == "resnet3d" else (3, 224, 224)
+    from gpuspark.train.recipes import get_recipe
+
+    return get_recipe(recipe).sample_shape
 
 
 def probe_result(

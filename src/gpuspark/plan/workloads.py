@@ -153,10 +153,17 @@ def recipe_workload(
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from gpuspark.train.recipes import RecipeConfig, build_model
+    from gpuspark.train.recipes import RecipeConfig, build_model, get_recipe
 
-    default = (1, 64, 64, 64) if recipe == "resnet3d" else (3, 224, 224)
-    shape = tuple(input_shape or default)
+    spec = get_recipe(recipe)
+    shape = tuple(input_shape or spec.sample_shape)
+    if not shape:
+        from gpuspark.errors import PlanError
+
+        raise PlanError(
+            f"recipe {recipe!r} has no default input shape to count FLOPs on",
+            remedy="pass the input shape (--input C,D,H,W)",
+        )
     cfg = RecipeConfig(data="-", **(options or {}))
     net = build_model(recipe, cfg, num_classes)
     x = torch.zeros((2, *shape))  # 2 samples: batch norm in training mode needs more than 1
@@ -167,7 +174,7 @@ def recipe_workload(
         name=recipe,
         shapes=tuple(tuple(p.shape) for p in net.parameters()),
         flops_per_sample=float(counter.get_total_flops()) / 2,
-        decode_format="volume" if recipe == "resnet3d" else "jpeg",
+        decode_format=spec.input_kind or "jpeg",
         notes=(f"input {'x'.join(map(str, shape))}, options {options or {}}",),
     )
 

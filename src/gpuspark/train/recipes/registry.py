@@ -78,6 +78,12 @@ class Recipe:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     """:class:`RecipeConfig` values this recipe suits better than the shared defaults (e.g.
     ``{"batch_size": 512}`` for tables); the CLI uses them for options not given."""
+    sample_shape: tuple[int, ...] = ()
+    """A typical model input without the batch axis (``(1, 64, 64, 64)`` for CT volumes),
+    which the planner counts FLOPs on when it is not told one; ``()``: none."""
+    input_kind: str = ""
+    """What the loader decodes for this recipe (``"volume"``, ``"jpeg"``, ``"table"``): the
+    planner's decode-rate row."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.keys or not self.best_by:

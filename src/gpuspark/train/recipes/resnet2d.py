@@ -74,5 +74,7 @@ RESNET2D = register_recipe(
         metrics=top1_metrics,
         best_by=("top1",),
         shape_options=("width",),
+        sample_shape=(3, 224, 224),
+        input_kind="jpeg",
     )
 )

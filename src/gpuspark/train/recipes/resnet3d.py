@@ -112,5 +112,7 @@ RESNET3D = register_recipe(
         metrics=binary_metrics,
         best_by=("auc", "acc"),
         shape_options=("depth", "width", "stem_stride", "pool"),
+        sample_shape=(1, 64, 64, 64),
+        input_kind="volume",
     )
 )

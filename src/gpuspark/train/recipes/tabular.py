@@ -286,6 +286,7 @@ TABULAR = register_recipe(
         metrics=tabular_metrics,
         best_by=("auc", "acc"),
         shape_options=("hidden", "layers"),
+        input_kind="table",
         dataset=tabular_dataset,
         loss=tabular_loss,
         augments=False,
