@@ -19,7 +19,7 @@ from gpuspark.errors import TableError
 
 pytestmark = pytest.mark.spark
 
-ROWS = 3000
+ROWS = 1200
 
 
 def _mixed(spark: Any, rows: int = ROWS) -> Any:

@@ -73,7 +73,7 @@ def test_real_table_round_trips_and_trains(spark: Any, tmp_path: Path) -> None:
     assert reference > 0.95 and abs(from_shards - reference) < 0.01
 
     cfg = recipes.RecipeConfig(
-        data=str(tmp_path / "ds"), epochs=15, batch_size=64, lr=3e-3, threads=1,
+        data=str(tmp_path / "ds"), epochs=8, batch_size=64, lr=3e-3, threads=1,
         test_split="test",
     )  # fmt: skip
     summary = recipes.run("tabular", cfg, num_processes=2, local=True, timeout=120)
