@@ -17,10 +17,12 @@ a resume with other options is one line naming the differing fields, not a wall 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,9 +40,12 @@ __all__ = [
     "latest",
     "list_checkpoints",
     "load",
+    "prune",
     "rng_state",
+    "run_state",
     "save",
     "set_rng_state",
+    "writing",
 ]
 
 _NAME = re.compile(r"^step-(\d{9})\.(pt|dcp)$")
@@ -186,32 +191,66 @@ def save(
     if rank == 0:
         payload = {
             "format": 1,
-            "epoch": epoch,
-            "step": step,
-            "step_in_epoch": step_in_epoch,
-            "world_size": world,
+            **run_state(epoch, step, step_in_epoch, world, scheduler, scaler, loader_state),
             "model": _unwrap(model).state_dict(),
             "optimizer": optimizer.state_dict() if optimizer is not None else None,
-            "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "loader": loader_state,
             "ranks": gathered,
             "extra": extra or {},
             "config": dict(config) if config is not None else None,
         }
         path = _write(Path(directory), step, payload, torch)
-        for old in list_checkpoints(directory)[: -max(1, keep)]:
-            if old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+        prune(directory, keep)
     if dist_on:
         dist.barrier()
     return path
 
 
-def _write(directory: Path, step: int, payload: dict[str, Any], torch: Any) -> Path:
+def run_state(
+    epoch: int,
+    step: int,
+    step_in_epoch: int,
+    world_size: int,
+    scheduler: Any,
+    scaler: Any,
+    loader_state: Any,
+) -> dict[str, Any]:
+    """The fields every checkpoint (single-file or sharded) records besides the weights:
+    position, world size, scheduler, scaler and loader state."""
+    return {
+        "epoch": epoch,
+        "step": step,
+        "step_in_epoch": step_in_epoch,
+        "world_size": world_size,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "loader": loader_state,
+    }
+
+
+def prune(directory: str | os.PathLike[str], keep: int) -> None:
+    """Remove all but the newest ``keep`` (at least 1) checkpoints, files or directories."""
+    for old in list_checkpoints(directory)[: -max(1, keep)]:
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def writing(directory: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn an ``OSError`` while writing into ``directory`` into a one-line
+    :class:`CheckpointError` naming what to check."""
     try:
+        yield
+    except OSError as exc:
+        raise CheckpointError(
+            f"cannot write checkpoint to {directory}: {exc}",
+            remedy="check the --checkpoint-dir path, its permissions and free space",
+        ) from exc
+
+
+def _write(directory: Path, step: int, payload: dict[str, Any], torch: Any) -> Path:
+    with writing(directory):
         directory.mkdir(parents=True, exist_ok=True)
         final = directory / f"step-{step:09d}.pt"
         tmp = directory / f".{final.name}.tmp-{os.getpid()}"
@@ -220,11 +259,6 @@ def _write(directory: Path, step: int, payload: dict[str, Any], torch: Any) -> P
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, final)
-    except OSError as exc:
-        raise CheckpointError(
-            f"cannot write checkpoint to {directory}: {exc}",
-            remedy="check the --checkpoint-dir path, its permissions and free space",
-        ) from exc
     return final
 
 

@@ -23,10 +23,8 @@ are restored and each rank keeps its own RNG. :func:`export_consolidated` writes
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +89,7 @@ def save(
     final = d / f"step-{step:09d}.dcp"
     stage = d / f".{final.name}.tmp"
     if rank == 0:
-        with _writing(d):
+        with ckpt.writing(d):
             d.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(stage, ignore_errors=True)
     _barrier()
@@ -107,37 +105,18 @@ def save(
         meta = {
             "format": 2,
             "sharded": True,
-            "epoch": epoch,
-            "step": step,
-            "step_in_epoch": step_in_epoch,
-            "world_size": world,
+            **ckpt.run_state(epoch, step, step_in_epoch, world, scheduler, scaler, loader_state),
             "model": None,
-            "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "loader": loader_state,
             "ranks": gathered,
             "extra": extra or {},
             "config": dict(config) if config is not None else None,
         }
-        with _writing(d):
+        with ckpt.writing(d):
             _commit(stage, final, meta)
         path = final
-        for old in ckpt.list_checkpoints(d)[: -max(1, keep)]:
-            _remove(old)
+        ckpt.prune(d, keep)
     _barrier()
     return path
-
-
-@contextlib.contextmanager
-def _writing(d: Path) -> Iterator[None]:
-    """Turn an ``OSError`` while writing into ``d`` into a one-line :class:`CheckpointError`."""
-    try:
-        yield
-    except OSError as exc:
-        raise CheckpointError(
-            f"cannot write checkpoint to {d}: {exc}",
-            remedy="check the --checkpoint-dir path, its permissions and free space",
-        ) from exc
 
 
 def _commit(stage: Path, final: Path, meta: dict[str, Any]) -> None:
@@ -152,13 +131,6 @@ def _commit(stage: Path, final: Path, meta: dict[str, Any]) -> None:
     if final.exists():  # the same step again (a resumed run re-saving): replace it
         shutil.rmtree(final)
     os.replace(stage, final)
-
-
-def _remove(p: Path) -> None:
-    if p.is_dir():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
 
 
 def _meta(p: Path) -> dict[str, Any]:
@@ -271,7 +243,7 @@ def export_consolidated(
             return None
     out = Path(out_file)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    with _writing(out.parent):
+    with ckpt.writing(out.parent):
         torch.save(full, tmp)
         os.replace(tmp, out)
     if model is not None:

@@ -14,7 +14,13 @@ import numpy as np
 from gpuspark.data import format as fmt
 from gpuspark.data.load.dataset import ShardDataset, iterable_base
 from gpuspark.data.load.plan import LoaderError
-from gpuspark.data.load.prefetch import thread_ahead
+from gpuspark.data.load.prefetch import (
+    check_options,
+    loader_device,
+    map_tensors,
+    mover,
+    thread_ahead,
+)
 from gpuspark.data.load.world import in_worker
 
 __all__ = ["Loader", "collate"]
@@ -103,15 +109,10 @@ class Loader:
         pin_memory: bool = True,
         device: Any = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got: {batch_size}")
-        if num_workers < 0 or prefetch < 1:
-            raise ValueError(
-                f"need num_workers >= 0 and prefetch >= 1, got: {num_workers}, {prefetch}"
-            )
+        check_options(batch_size, num_workers, prefetch)
         self.dataset = dataset
         self.batch_size, self.num_workers, self.prefetch = batch_size, num_workers, prefetch
-        self.device = _device(device)
+        self.device = loader_device(device)
         self.cuda = self.device is not None and self.device.type == "cuda"
         self.pin_memory = pin_memory and self.cuda
         self.wait_times: list[float] = []
@@ -148,7 +149,8 @@ class Loader:
         if self.cuda:
             source = _cuda_ahead(source, self.device)
         elif self.device is not None:
-            source = ((k, _to(b, self.device) if k == "batch" else b, c) for k, b, c in source)
+            move = mover(self.device)
+            source = ((k, map_tensors(b, move) if k == "batch" else b, c) for k, b, c in source)
         return self._timed(source)
 
     def _timed(self, source: Iterator[_Item]) -> Iterator[Any]:
@@ -207,47 +209,13 @@ def _batch_len(batch: Any) -> int:
     return len(batch)
 
 
-def _device(device: Any) -> Any:
-    if device is None:
-        return None
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise LoaderError(
-            f"device {device} requested but CUDA is not available",
-            remedy="pass device=None (CPU tensors) or run on a GPU machine",
-        )
-    return device
-
-
-def _to(batch: Any, device: Any, non_blocking: bool = False) -> Any:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, dict):
-        return {k: _to(v, device, non_blocking) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_to(v, device, non_blocking) for v in batch)
-    return batch
-
-
-def _pin(batch: Any) -> Any:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch.pin_memory()
-    if isinstance(batch, dict):
-        return {k: _pin(v) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_pin(v) for v in batch)
-    return batch
+def _pin(tensor: Any) -> Any:
+    return tensor.pin_memory()
 
 
 def _pinned(item: _Item) -> _Item:
     kind, batch, counters = item
-    return (kind, _pin(batch), counters) if kind == "batch" else item
+    return (kind, map_tensors(batch, _pin), counters) if kind == "batch" else item
 
 
 def _cuda_ahead(source: Iterator[_Item], device: Any) -> Iterator[_Item]:
@@ -262,7 +230,7 @@ def _cuda_ahead(source: Iterator[_Item], device: Any) -> Iterator[_Item]:
         kind, batch, counters = item
         if kind == "batch":
             with torch.cuda.stream(stream):
-                batch = _to(batch, device, non_blocking=True)
+                batch = map_tensors(batch, mover(device))
         return kind, batch, counters
 
     pending = None

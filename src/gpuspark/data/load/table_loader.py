@@ -5,12 +5,17 @@ batches read, decoded and transformed by one background thread ahead of the trai
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from gpuspark.data.load.prefetch import thread_ahead
+from gpuspark.data.load.prefetch import (
+    check_options,
+    loader_device,
+    map_tensors,
+    mover,
+    thread_ahead,
+)
 from gpuspark.data.load.table import TableDataset
-from gpuspark.errors import LoaderError
 
 __all__ = ["TableLoader"]
 
@@ -35,15 +40,10 @@ class TableLoader:
         pin_memory: bool = True,
         device: Any = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got: {batch_size}")
-        if num_workers < 0 or prefetch < 1:
-            raise ValueError(
-                f"need num_workers >= 0 and prefetch >= 1, got: {num_workers}, {prefetch}"
-            )
+        check_options(batch_size, num_workers, prefetch)
         self.dataset = dataset
         self.batch_size, self.num_workers, self.prefetch = batch_size, num_workers, prefetch
-        self.device = _device(device)
+        self.device = loader_device(device)
         self.pin_memory = pin_memory and self.device is not None and self.device.type == "cuda"
         self.wait_times: list[float] = []
         self._counts = {"batches": 0, "samples": 0}
@@ -85,7 +85,7 @@ class TableLoader:
                 self.wait_times.append(time.perf_counter() - t0)
                 self._counts["batches"] += 1
                 self._counts["samples"] += rows
-                yield batch if self.device is None else _map_tensors(batch, _mover(self.device))
+                yield batch if self.device is None else map_tensors(batch, mover(self.device))
                 t0 = time.perf_counter()
         finally:
             close = getattr(source, "close", None)
@@ -93,38 +93,6 @@ class TableLoader:
                 close()
 
 
-def _device(device: Any) -> Any:
-    if device is None:
-        return None
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise LoaderError(
-            f"device {device} requested but CUDA is not available",
-            remedy="pass device=None (CPU tensors) or run on a GPU machine",
-        )
-    return device
-
-
-def _mover(device: Any) -> Callable[[Any], Any]:
-    non_blocking = device.type == "cuda"
-    return lambda t: t.to(device, non_blocking=non_blocking)
-
-
-def _map_tensors(batch: Any, fn: Callable[[Any], Any]) -> Any:
-    """``batch`` with ``fn`` applied to every torch tensor in it (dicts, tuples, lists)."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, dict):
-        return {k: _map_tensors(v, fn) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_map_tensors(v, fn) for v in batch)
-    return batch
-
-
 def _pinned(item: tuple[Any, int]) -> tuple[Any, int]:
     batch, rows = item
-    return _map_tensors(batch, lambda t: t.pin_memory()), rows
+    return map_tensors(batch, lambda t: t.pin_memory()), rows
