@@ -162,12 +162,13 @@ def decode_block(
     """
     wanted = None if names is None else set(names)
     out: dict[str, Any] = {}
-    position = _number_positions(columns)
+    position = number_index(columns)
     for col in columns:
         if wanted is not None and col.name not in wanted:
             continue
         if col.kind == "number":
-            value = np.asarray(sample[NUMBERS + str(col.dtype)])[:, position[col.name]]
+            dtype, j = position[col.name]
+            value = np.asarray(sample[NUMBERS + dtype])[:, j]
         else:
             value = _DECODERS[col.kind](sample, col)
         nulls = sample.get(col.name + NULL)
@@ -175,11 +176,6 @@ def decode_block(
             value = _with_nulls(value, np.asarray(nulls, dtype=bool), col.kind)
         out[col.name] = value
     return out
-
-
-def _number_positions(columns: Sequence[TableColumn]) -> dict[str, int]:
-    """Each number column's index in its dtype's matrix (counting every number column)."""
-    return {name: j for name, (_dtype, j) in number_index(columns).items()}
 
 
 def number_index(columns: Sequence[TableColumn]) -> dict[str, tuple[str, int]]:
