@@ -488,13 +488,87 @@ def test_read_speed(tmp_path: Path) -> None:
 
 
 def test_features_label_casts_neighbouring_columns_of_one_matrix_in_one_pass() -> None:
-    from gpuspark.data.table import FeaturesLabel
+    from gpuspark.data.table import BlockParts, FeaturesLabel
+    from gpuspark.data.table.batch import TableBatch
 
     matrix = np.arange(60, dtype=np.float64).reshape(10, 6) / 7
-    cols = {f"c{j}": matrix[2:9, j] for j in range(6)}  # views, as the reader hands them out
-    cols["y"] = np.arange(7)
+    positions = {f"c{j}": ("float64", j) for j in range(6)} | {"y": ("int64", 0)}
+    ys = np.arange(10, dtype=np.int64)[:, None]
+    parts = BlockParts({"float64": matrix, "int64": ys}, {}, {}, 10).slice(2, 9)
+    batch = TableBatch([*positions], positions, parts)
+    assert batch.rows == 7 and batch["c2"].tolist() == list(matrix[2:9, 2])
+    runs = batch.number_runs(["c1", "c2", "c3", "c5", "c4", "y"])
+    assert [r for r, _m in runs] == [["c1", "c2", "c3"], ["c5"], ["c4"], ["y"]]
+    assert runs[0][1] is not None and np.shares_memory(runs[0][1], matrix)
     for names in (["c1", "c2", "c3"], ["c3", "c2"], ["c0", "c2", "c4"], ["c5"]):
-        x, y = FeaturesLabel(names, "y")(cols)
+        x, y = FeaturesLabel(names, "y")(batch)
         want = np.stack([matrix[2:9, int(n[1])] for n in names], axis=1).astype(np.float32)
         np.testing.assert_array_equal(x.numpy(), want)
-        assert y.tolist() == list(range(7))
+        assert y.tolist() == list(range(2, 9))
+        assert not np.shares_memory(y.numpy(), ys)  # outputs never alias the rows read
+    batch["c2"] = batch["c2"] * 0  # a column replaced by an earlier transform is what counts
+    assert [r for r, _m in batch.number_runs(["c1", "c2", "c3"])] == [["c1"], ["c2"], ["c3"]]
+    x, _y = FeaturesLabel(["c1", "c2", "c3"], "y")(batch)
+    assert (
+        x[:, 1].abs().sum() == 0 and x[:, 0].tolist() == matrix[2:9, 1].astype(np.float32).tolist()
+    )
+    masked = TableBatch(
+        ["c0", "c1"], positions, BlockParts({"float64": matrix}, {"c1": ys[:, 0] % 2 == 0}, {}, 10)
+    )
+    assert [m is None for _r, m in masked.number_runs(["c0", "c1"])] == [False, True]
+    x = FeaturesLabel(["c0", "c1"])(masked)
+    assert int(x[:, 1].isnan().sum()) == 5
+
+
+WIDE = [
+    TableColumn("id", "number", "int64"),
+    *[TableColumn(f"f{j}", "number", "float64") for j in range(5)],
+    TableColumn("m", "number", "float32"),
+    TableColumn("v", "array", "float32"),
+    TableColumn("label", "number", "int32"),
+]
+
+
+def wide_table(n: int) -> pa.Table:
+    rng = np.random.default_rng(3)
+    cols: dict[str, Any] = {"id": np.arange(n, dtype=np.int64)}
+    cols |= {f"f{j}": rng.normal(size=n) for j in range(5)}
+    cols["m"] = pa.array(rng.normal(size=n).astype(np.float32), mask=np.arange(n) % 9 == 4)
+    cols["v"] = pa.array(list(rng.normal(size=(n, 2)).astype(np.float32)), pa.list_(pa.float32()))
+    cols["label"] = (np.arange(n) % 3).astype(np.int32)
+    return pa.table(cols)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_views_for_a_view_safe_transform_give_the_same_batches(
+    tmp_path: Path, shuffle: bool
+) -> None:
+    """FeaturesLabel declares ``reads_views``: read in order, it gets views of the mapped
+    shards (batches that straddle blocks are copied); the result must equal the copying path
+    (the same transform hidden behind a plain function), and own its memory."""
+    from gpuspark.data.table import FeaturesLabel
+
+    path = write_table_ds(
+        tmp_path / "wide", WIDE, {None: wide_table(700)}, block_rows=64, shard_bytes=9000
+    )
+    names = ["id", "f0", "f1", "f2", "f3", "f4", "m", "v"]
+    fast = FeaturesLabel(names, "label")
+
+    def read(transform: Any) -> list[Any]:
+        ds = TableDataset(path, world=World(1, 2), shuffle=shuffle, transform=transform)
+        return list(ds.iter_batches(50))
+
+    got, want = read(fast), read(lambda b: fast(b))
+    assert len(got) == len(want) == 7
+    for (x, y), (wx, wy) in zip(got, want, strict=True):
+        np.testing.assert_array_equal(x.numpy(), wx.numpy())
+        np.testing.assert_array_equal(y.numpy(), wy.numpy())
+        assert x.numpy().flags.writeable and y.numpy().flags.writeable  # fresh, not the map
+    ids = np.concatenate([x[:, 0].numpy() for x, _y in got]).astype(int)
+    labels = np.concatenate([y.numpy() for _x, y in got])
+    np.testing.assert_array_equal(labels, ids % 3)
+    assert (
+        len(set(ids)) == 350 and np.isnan(np.concatenate([x[:, 6].numpy() for x, _ in got])).any()
+    )
+    if not shuffle:
+        assert ids.tolist() == sorted(ids.tolist())

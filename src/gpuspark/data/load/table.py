@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,12 +25,14 @@ from gpuspark.data.load.decode import decode_example_views
 from gpuspark.data.load.table_plan import DEFAULT_SHUFFLE_ROWS, TablePlan
 from gpuspark.data.load.world import World
 from gpuspark.data.table import BlockParts, TableColumn, TableInfo, decode_parts, number_index
+from gpuspark.data.table.batch import TableBatch
+from gpuspark.data.table.blocks import concat_parts
 from gpuspark.errors import LoaderError, TableError
 
 if TYPE_CHECKING:
     from gpuspark.data.load.table_loader import TableLoader
 
-__all__ = ["TableDataset", "concat_columns"]
+__all__ = ["TableDataset"]
 
 Batch = dict[str, Any]
 
@@ -67,6 +70,9 @@ class TableDataset:
         self.split = split
         names = list(columns) if columns is not None else [c.name for c in self.info.columns]
         self.columns: tuple[TableColumn, ...] = tuple(self.info.column(n) for n in names)
+        self._names = [c.name for c in self.columns]
+        index = number_index(self.info.columns)
+        self._positions = {n: index[n] for n in self._names if n in index}
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.shuffle_rows = shuffle_rows
         self.transform = transform
@@ -185,8 +191,8 @@ class TableDataset:
     def _stream(
         self, plan: TablePlan, rank: int, start: int, batch_size: int
     ) -> Iterator[tuple[Any, int]]:
-        reader = _WindowReader(self)
-        pending: list[Batch] = []
+        reader = _WindowReader(self, views=bool(getattr(self.transform, "reads_views", False)))
+        pending: list[BlockParts] = []
         have = 0
         try:
             for k in range(start // plan.window, plan.windows):
@@ -195,18 +201,21 @@ class TableDataset:
                 off = max(start - begin, 0)
                 while off < end - begin:
                     take = min(batch_size - have, end - begin - off)
-                    pending.append({n: v[off : off + take] for n, v in window.items()})
+                    pending += window.rows(off, off + take)
                     have, off = have + take, off + take
                     if have == batch_size:
                         yield self._prepare(pending), have
                         pending, have = [], 0
+                del window
             if have:
                 yield self._prepare(pending), have
         finally:
+            pending = []
             reader.close()
 
-    def _prepare(self, parts: list[Batch]) -> Any:
-        batch = parts[0] if len(parts) == 1 else concat_columns(parts)
+    def _prepare(self, parts: list[BlockParts]) -> Any:
+        rows = parts[0] if len(parts) == 1 else concat_parts(parts)
+        batch = TableBatch(self._names, self._positions, rows)
         return batch if self.transform is None else self.transform(batch)
 
     def iter_batches(self, batch_size: int) -> Iterator[Any]:
@@ -243,18 +252,20 @@ class TableDataset:
 
 
 class _WindowReader:
-    """Reads the blocks of one shuffle window and returns its rows as column arrays.
+    """Reads the blocks of one shuffle window and returns its rows as :class:`TableBatch`
+    pieces.
 
     Number columns travel as their blocks' per-dtype matrices: one concatenation and one
     row permutation per dtype for the whole window, then each column is a view of its
     matrix (a wide table costs a few array operations per window, not a few per column).
+    With ``views`` (the transform declares ``reads_views``: its outputs never share memory
+    with its input) and no shuffle, the pieces are the blocks' own arrays, views of the
+    mapped shards: a batch inside one block is handed to the transform without a copy.
     """
 
-    def __init__(self, ds: TableDataset) -> None:
+    def __init__(self, ds: TableDataset, views: bool = False) -> None:
         self.ds = ds
-        self.names = [c.name for c in ds.columns]
-        index = number_index(ds.info.columns)
-        self.numbers = {n: index[n] for n in self.names if n in index}
+        self.views = views
         blocks_per_window = max(1, ds.shuffle_rows // max(1, ds.info.block_rows))
         self.shards = OpenShards(ds.root, ds.shards, None, blocks_per_window)
         self.codec = ds.manifest.compression
@@ -266,85 +277,50 @@ class _WindowReader:
             return self._last[1]
         payload = self.shards.payload(shard, record, self.ds.verify_crc)
         sample = decode_example_views(fmt.decompress(payload, self.codec))
-        parts = decode_parts(sample, self.ds.info.columns, self.names)
+        parts = decode_parts(sample, self.ds.info.columns, self.ds._names)
         self._last = ((shard, record), parts)
         return parts
 
-    def window(self, plan: TablePlan, rank: int, k: int) -> Batch:
-        """Rows of window ``k`` of ``rank``, in the window's (shuffled) order; fresh arrays
-        (nothing points into the mapped shards but the items of object arrays)."""
+    def window(self, plan: TablePlan, rank: int, k: int) -> _Window:
+        """Window ``k`` of ``rank``: its blocks' rows concatenated (a fresh copy: nothing
+        points into the mapped shards but the items of object arrays), or with ``views``
+        and no shuffle, the blocks' own rows (views)."""
         begin, end = plan.window_range(k)
         blocks = [
-            (self.block(shard, record), lo, hi)
+            self.block(shard, record).slice(lo, hi)
             for shard, record, lo, hi in plan.pieces(rank, begin, end)
         ]
         perm = plan.window_perm(rank, k)
-        others = concat_columns(
-            [{n: v[lo:hi] for n, v in b.others.items()} for b, lo, hi in blocks], copy=True
-        )
-        out = {n: v if perm is None else v[perm] for n, v in others.items()}
-        out.update(self._numbers(blocks, perm))
-        return {n: out[n] for n in self.names}
-
-    def _numbers(self, blocks: list[tuple[BlockParts, int, int]], perm: Any) -> Batch:
-        matrices = {
-            dtype: _gather([b.matrices[dtype][lo:hi] for b, lo, hi in blocks], perm)
-            for dtype in {d for d, _j in self.numbers.values()}
-        }
-        out: Batch = {}
-        for name, (dtype, j) in self.numbers.items():
-            column = matrices[dtype][:, j]
-            if any(name in b.masks for b, _lo, _hi in blocks):
-                mask = np.concatenate(
-                    [
-                        b.masks[name][lo:hi] if name in b.masks else np.zeros(hi - lo, dtype=bool)
-                        for b, lo, hi in blocks
-                    ]
-                )
-                column = np.ma.masked_array(column, mask if perm is None else mask[perm])
-            out[name] = column
-        return out
+        if perm is None and self.views:
+            return _Window(blocks, None)
+        return _Window([concat_parts(blocks)], perm)
 
     def close(self) -> None:
         self._last = None
         self.shards.close()
 
 
-def _gather(parts: list[np.ndarray], perm: np.ndarray | None) -> np.ndarray:
-    """``concatenate(parts)[perm]`` in one copy: each part's rows are scattered straight to
-    their places in the permuted output."""
-    if perm is None:
-        return np.concatenate(parts)
-    where = np.empty_like(perm)
-    where[perm] = np.arange(len(perm))  # where[i]: output row of input row i
-    out = np.empty((len(perm), *parts[0].shape[1:]), dtype=parts[0].dtype)
-    start = 0
-    for part in parts:
-        out[where[start : start + len(part)]] = part
-        start += len(part)
-    return out
+@dataclass
+class _Window:
+    """The rows of one shuffle window: consecutive ``parts`` in stored order, read in the
+    order ``perm`` (window row ``perm[i]`` is the ``i``-th row read) when shuffled."""
 
+    parts: list[BlockParts]
+    perm: np.ndarray | None
 
-def concat_columns(parts: Sequence[Batch], copy: bool = False) -> Batch:
-    """Concatenate batches column by column: a column fixed-width in one part and ragged
-    (or of another width) in another becomes ragged (object array of 1-D arrays); a masked
-    part makes the result masked. One part is returned as is unless ``copy``."""
-    if len(parts) == 1 and not copy:
-        return dict(parts[0])
-    return {name: _concat([p[name] for p in parts]) for name in parts[0]}
-
-
-def _concat(values: list[np.ndarray]) -> np.ndarray:
-    widths = {v.shape[1] if v.ndim == 2 else None for v in values}
-    if len(widths) > 1 or (None in widths and any(v.ndim == 2 for v in values)):
-        values = [_as_ragged(v) if v.ndim == 2 else v for v in values]
-    if any(np.ma.isMaskedArray(v) for v in values):
-        return np.ma.concatenate(values)
-    return np.concatenate(values)
-
-
-def _as_ragged(rows: np.ndarray) -> np.ndarray:
-    out = np.empty(len(rows), dtype=object)
-    for i, row in enumerate(rows):  # per row: object columns only
-        out[i] = row
-    return out
+    def rows(self, lo: int, hi: int) -> list[BlockParts]:
+        """Rows ``lo:hi`` of the window's reading order: a fresh gather of the rows (one
+        batch at a time, while its rows are in cache) when shuffled, else views of the
+        parts spanned."""
+        if self.perm is not None:
+            return [self.parts[0].take(self.perm[lo:hi])]
+        out: list[BlockParts] = []
+        start = 0
+        for part in self.parts:
+            n = part.rows
+            if start < hi and start + n > lo:
+                out.append(part.slice(max(lo - start, 0), min(hi - start, n)))
+            start += n
+            if start >= hi:
+                break
+        return out

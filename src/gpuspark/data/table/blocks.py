@@ -31,7 +31,16 @@ import numpy as np
 from gpuspark.data.table.columns import TableColumn
 from gpuspark.errors import TableError
 
-__all__ = ["BlockParts", "decode_block", "decode_parts", "encode_block", "number_index", "rechunk"]
+__all__ = [
+    "BlockParts",
+    "concat_arrays",
+    "concat_parts",
+    "decode_block",
+    "decode_parts",
+    "encode_block",
+    "number_index",
+    "rechunk",
+]
 
 LEN = "#len"
 NULL = "#null"
@@ -162,11 +171,12 @@ def decode_block(
     """
     wanted = None if names is None else set(names)
     out: dict[str, Any] = {}
-    position = number_index(columns)
+    position: dict[str, tuple[str, int]] | None = None
     for col in columns:
         if wanted is not None and col.name not in wanted:
             continue
         if col.kind == "number":
+            position = position if position is not None else number_index(columns)
             dtype, j = position[col.name]
             value = np.asarray(sample[NUMBERS + dtype])[:, j]
         else:
@@ -193,13 +203,66 @@ def number_index(columns: Sequence[TableColumn]) -> dict[str, tuple[str, int]]:
 
 @dataclass
 class BlockParts:
-    """A block as its readers' fast path needs it: the number matrices whole (one per dtype,
-    rows x number columns of that dtype), the null masks of number columns that have nulls in
-    this block, and every other selected column decoded as :func:`decode_block` does."""
+    """Rows as the table readers' fast path needs them: the number matrices whole (one per
+    dtype, rows x number columns of that dtype), the null masks of number columns that have
+    nulls in these rows, and every other selected column decoded as :func:`decode_block`
+    does. A decoded block, a slice of one, or several concatenated (:func:`concat_parts`)."""
 
     matrices: dict[str, np.ndarray]
     masks: dict[str, np.ndarray]
     others: dict[str, Any]
+    rows: int
+
+    def slice(self, lo: int, hi: int) -> BlockParts:
+        """Rows ``lo:hi`` (views, no copy)."""
+        return BlockParts(
+            {d: m[lo:hi] for d, m in self.matrices.items()},
+            {n: m[lo:hi] for n, m in self.masks.items()},
+            {n: v[lo:hi] for n, v in self.others.items()},
+            max(0, min(hi, self.rows) - max(lo, 0)),
+        )
+
+    def take(self, perm: np.ndarray) -> BlockParts:
+        """Rows in the order ``perm`` (a copy)."""
+        return BlockParts(
+            {d: m[perm] for d, m in self.matrices.items()},
+            {n: m[perm] for n, m in self.masks.items()},
+            {n: v[perm] for n, v in self.others.items()},
+            len(perm),
+        )
+
+
+def concat_parts(parts: Sequence[BlockParts]) -> BlockParts:
+    """The rows of ``parts`` one after the other (a copy; a column with nulls in one part
+    gets a mask for all)."""
+    masked = {n for p in parts for n in p.masks}
+    return BlockParts(
+        {d: np.concatenate([p.matrices[d] for p in parts]) for d in parts[0].matrices},
+        {
+            n: np.concatenate([p.masks.get(n, np.zeros(p.rows, dtype=bool)) for p in parts])
+            for n in masked
+        },
+        {n: concat_arrays([p.others[n] for p in parts]) for n in parts[0].others},
+        sum(p.rows for p in parts),
+    )
+
+
+def concat_arrays(values: list[np.ndarray]) -> np.ndarray:
+    """One column's arrays one after the other: fixed-width in one and ragged (or of another
+    width) in another becomes ragged (object array of 1-D arrays); masked if any is masked."""
+    widths = {v.shape[1] if v.ndim == 2 else None for v in values}
+    if len(widths) > 1 or (None in widths and any(v.ndim == 2 for v in values)):
+        values = [_as_ragged(v) if v.ndim == 2 else v for v in values]
+    if any(np.ma.isMaskedArray(v) for v in values):
+        return np.ma.concatenate(values)
+    return np.concatenate(values)
+
+
+def _as_ragged(rows: np.ndarray) -> np.ndarray:
+    out = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):  # per row: object columns only
+        out[i] = row
+    return out
 
 
 def decode_parts(
@@ -217,7 +280,12 @@ def decode_parts(
         if c.name + NULL in sample
     }
     others = decode_block(sample, columns, [c.name for c in selected if c.kind != "number"])
-    return BlockParts(matrices, masks, others)
+    rows = next(iter(matrices.values())).shape[0] if matrices else _rows(others)
+    return BlockParts(matrices, masks, others, rows)
+
+
+def _rows(columns: dict[str, Any]) -> int:
+    return len(next(iter(columns.values()))) if columns else 0
 
 
 def _as_list(value: Any) -> list[Any]:

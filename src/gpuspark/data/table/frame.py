@@ -21,11 +21,12 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from gpuspark import storage
+from gpuspark.data.table.batch import TableBatch
 from gpuspark.data.table.columns import DEFAULT_BLOCK_ROWS, TABLE_VERSION, TableInfo
 from gpuspark.errors import TableError, did_you_mean
 
@@ -89,6 +90,9 @@ class FeaturesLabel:
 
     features: Sequence[str]
     label: str | None = None
+    reads_views: ClassVar[bool] = True
+    """Its outputs are always fresh arrays, so the reader may hand it views of the mapped
+    shards (no copy of the rows before the cast)."""
 
     def __call__(self, batch: dict[str, Any]) -> Any:
         import torch
@@ -96,54 +100,38 @@ class FeaturesLabel:
         x = torch.from_numpy(_features_matrix(batch, self.features))
         if self.label is None:
             return x
-        y = (
-            np.ma.filled(batch[self.label], 0)
-            if np.ma.isMaskedArray(batch[self.label])
-            else batch[self.label]
-        )
-        return x, torch.from_numpy(np.ascontiguousarray(y))
+        y = batch[self.label]
+        y = np.ma.filled(y, 0) if np.ma.isMaskedArray(y) else np.array(y, copy=True)
+        return x, torch.from_numpy(y)
 
 
 def _features_matrix(batch: dict[str, Any], names: Sequence[str]) -> np.ndarray:
-    """The float32 matrix [n, d] of ``names``; runs of plain 1-D number columns are stacked
-    in one call (the common wide-table case), anything else column by column."""
+    """The float32 matrix [n, d] of ``names`` (a fresh array): runs of neighbouring number
+    columns of a :class:`TableBatch` are one cast of a slice of their matrix, runs of other
+    plain 1-D number columns one ``stack``, anything else column by column."""
+    runs = (
+        batch.number_runs(names)
+        if isinstance(batch, TableBatch)
+        else [([name], None) for name in names]
+    )
     parts: list[np.ndarray] = []
-    run: list[np.ndarray] = []
-    for name in names:
-        values = batch[name]
-        if values.ndim == 1 and values.dtype != object and not np.ma.isMaskedArray(values):
-            run.append(values)
+    plain: list[np.ndarray] = []
+    for run, matrix in runs:
+        values = batch[run[0]]
+        if matrix is None and _plain_number(values):
+            plain.append(values)
             continue
-        if run:
-            parts.append(_stack(run))
-            run = []
-        parts.append(_as_matrix(values, name))
-    if run:
-        parts.append(_stack(run))
+        if plain:
+            parts.append(np.stack(plain, axis=1, dtype=np.float32, casting="same_kind"))
+            plain = []
+        parts.append(_as_matrix(values, run[0]) if matrix is None else matrix.astype(np.float32))
+    if plain:
+        parts.append(np.stack(plain, axis=1, dtype=np.float32, casting="same_kind"))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
 
-def _stack(columns: list[np.ndarray]) -> np.ndarray:
-    """``columns`` side by side as float32 [n, k]. Columns that are neighbouring columns of
-    one matrix (the table reader hands number columns out as views of its per-dtype matrix)
-    are cast in one pass over that matrix instead of one strided pass per column."""
-    first = columns[0]
-    step = first.itemsize
-    ptr = first.__array_interface__["data"][0]
-    adjacent = all(
-        c.dtype == first.dtype
-        and c.shape == first.shape
-        and c.strides == first.strides
-        and c.__array_interface__["data"][0] == ptr + i * step
-        for i, c in enumerate(columns)
-    )
-    if adjacent and len(columns) > 1 and first.strides[0] >= step * len(columns):
-        view = np.lib.stride_tricks.as_strided(
-            first, shape=(len(first), len(columns)), strides=(first.strides[0], step),
-            writeable=False,
-        )  # fmt: skip
-        return view.astype(np.float32)
-    return np.stack(columns, axis=1, dtype=np.float32, casting="same_kind")
+def _plain_number(values: Any) -> bool:
+    return values.ndim == 1 and values.dtype != object and not np.ma.isMaskedArray(values)
 
 
 def _as_matrix(values: Any, name: str) -> np.ndarray:
@@ -154,7 +142,7 @@ def _as_matrix(values: Any, name: str) -> np.ndarray:
             f"feature column {name!r} holds strings, bytes or arrays of varying length",
             remedy="encode it as numbers (e.g. StringIndexer, a fixed-size vector) or leave it out",
         )
-    arr = np.asarray(values, dtype=np.float32)
+    arr = np.array(values, dtype=np.float32)  # a copy: ``values`` may be a view of a shard
     return arr.reshape(len(arr), -1)
 
 
