@@ -47,6 +47,14 @@ def up(
         typer.Option(help="GPUs per worker [default: real GPUs split evenly, else 2 simulated]."),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for registration.")] = 120.0,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="Spark authentication with a generated shared secret and RPC encryption: "
+            "only gpuspark sessions of this machine's user can run applications.",
+        ),
+    ] = False,
     state_dir: StateDirOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -64,7 +72,14 @@ def up(
         return
     t0 = time.monotonic()
     cluster = LocalCluster(
-        workers, cores, memory, gpus, spec=spec_obj, state_dir=state_dir, timeout=timeout
+        workers,
+        cores,
+        memory,
+        gpus,
+        spec=spec_obj,
+        state_dir=state_dir,
+        timeout=timeout,
+        secure=secure,
     )
     cluster.start()
     status = cluster.status().as_dict()
@@ -132,6 +147,11 @@ def _show(info: dict[str, Any], json_out: bool, note: str | None = None) -> None
     title = f"{info['alive_workers']} of {len(info['workers'])} workers alive"
     print_table(title, ["worker", "pid", "state", "cores", "memory", "gpu addresses"], rows)
     _show_shape(info.get("shape") or {})
+    if info.get("secure"):
+        echo(
+            "security: Spark authentication and RPC encryption on; applications need the "
+            f"shared secret in {info['secret_file']} (gpuspark sessions read it)"
+        )
     if note:
         echo(note)
 

@@ -91,21 +91,61 @@ def render_spark_cmd(
             help="Path of getGpusResources.sh on the nodes [default: the spec's].",
         ),
     ] = None,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="Authentication, encryption and UI ACLs as in the spec's [security] "
+            "(on even where the spec leaves it off).",
+        ),
+    ] = False,
 ) -> None:
     """Render spark-defaults.conf, metrics.properties and the GPU discovery script."""
     from gpuspark.cluster.conf import render_spark, write_rendered
     from gpuspark.spec import load_spec
 
     spec = load_spec(spec_file)
+    if secure:
+        spec = spec.model_copy(
+            update={"security": spec.security.model_copy(update={"enabled": True})}
+        )
     if out_dir is not None:
         check_dir_option(out_dir, "--out")
-    files = render_spark(spec, discovery_script_path=discovery_script)
     if out_dir is None:
-        for name, content in files.items():
+        for name, content in render_spark(spec, discovery_script_path=discovery_script).items():
             sys.stdout.write(f"# ==> {name} <==\n{content}")
         return
-    for path in write_rendered(files, out_dir):
-        typer.echo(f"wrote {path}")
+    secret = _secret_for(spec)
+    files = render_spark(spec, discovery_script_path=discovery_script, secret=secret)
+    private = frozenset({"spark-defaults.conf"} if secret else ())
+    for path in write_rendered(files, out_dir, private=private):
+        typer.echo(
+            f"wrote {path}"
+            + (" (mode 600: holds the shared secret)" if path.name in private else "")
+        )
+    if secret:
+        typer.echo(_distribute_note(spec))
+
+
+def _secret_for(spec: Any) -> str | None:
+    """The shared secret of a secure spec (generated, mode 600, when its file is missing)."""
+    from gpuspark.cluster.security import ensure_secret
+
+    if not spec.security.enabled:
+        return None
+    secret, created = ensure_secret(spec.security.secret_file)
+    verb = "generated" if created else "read"
+    typer.echo(f"{verb} the shared secret in {spec.security.secret_file} (mode 600)")
+    return secret
+
+
+def _distribute_note(spec: Any) -> str:
+    return (
+        "distribute: copy spark-defaults.conf (mode 600, owned by the Spark user) into "
+        "$SPARK_CONF_DIR on every node and restart the master and workers; give every user "
+        f"who submits applications the same secret at {spec.security.secret_file} (mode 600): "
+        "gpuspark sessions read it from there. Never put the secret on a command line."
+    )
 
 
 @render_app.command("monitoring")

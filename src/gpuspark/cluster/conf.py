@@ -105,15 +105,27 @@ def _header(spec: ClusterSpec, what: str, comment: str = "#") -> str:
     )
 
 
-def spark_defaults(spec: ClusterSpec, *, discovery_script_path: str | None = None) -> str:
-    """Content of ``spark-defaults.conf`` (application and standalone worker settings)."""
+def spark_defaults(
+    spec: ClusterSpec, *, discovery_script_path: str | None = None, secret: str | None = None
+) -> str:
+    """Content of ``spark-defaults.conf`` (application and standalone worker settings; with
+    the spec's ``[security]`` on, its properties, the shared secret shown redacted unless
+    ``secret`` is given: then the file must stay private to the Spark user)."""
+    from gpuspark.cluster.security import security_conf
+
     script = discovery_script_path or spec.spark.discovery_script
     conf = spark_conf(spec, discovery_script_path=script)
     worker, notes = _worker_conf(spec, script)
     conf.update(worker)
+    conf.update(security_conf(spec, secret))
     if spec.spark.master != "local-cluster":
         conf["spark.master"] = spec.spark.master
     lines = [_header(spec, "Spark defaults")]
+    if spec.security.enabled:
+        lines.append(
+            f"# Holds spark.authenticate.secret (from {spec.security.secret_file}): keep this "
+            "file mode 600, owned by the user the Spark daemons run as.\n"
+        )
     lines += [f"# {note}\n" for note in notes]
     lines += [f"{key} {value}\n" for key, value in sorted(conf.items())]
     return "".join(lines)
@@ -180,21 +192,28 @@ def discovery_script(spec: ClusterSpec) -> str:
     return "#!/bin/sh\n" + _header(spec, "GPU discovery script") + _SCRIPT_BODY.lstrip("\n")
 
 
-def render_spark(spec: ClusterSpec, *, discovery_script_path: str | None = None) -> dict[str, str]:
+def render_spark(
+    spec: ClusterSpec, *, discovery_script_path: str | None = None, secret: str | None = None
+) -> dict[str, str]:
     """File name -> content for ``$SPARK_CONF_DIR``: spark-defaults, metrics, discovery script.
 
     ``discovery_script_path`` is where the script is installed on every node (default: the
-    spec's ``spark.discovery_script``).
+    spec's ``spark.discovery_script``); ``secret``: the shared secret written into
+    ``spark-defaults.conf`` when ``[security]`` is on (default: shown redacted).
     """
+    defaults = spark_defaults(spec, discovery_script_path=discovery_script_path, secret=secret)
     return {
-        "spark-defaults.conf": spark_defaults(spec, discovery_script_path=discovery_script_path),
+        "spark-defaults.conf": defaults,
         "metrics.properties": metrics_properties(spec),
         DISCOVERY_SCRIPT: discovery_script(spec),
     }
 
 
-def write_rendered(files: dict[str, str], out_dir: str | Path) -> list[Path]:
-    """Write rendered ``files`` into ``out_dir`` atomically; ``*.sh`` become executable."""
+def write_rendered(
+    files: dict[str, str], out_dir: str | Path, private: frozenset[str] = frozenset()
+) -> list[Path]:
+    """Write rendered ``files`` into ``out_dir`` atomically; ``*.sh`` become executable, the
+    names in ``private`` readable by their owner only (mode 600 from creation on)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -204,7 +223,7 @@ def write_rendered(files: dict[str, str], out_dir: str | Path) -> list[Path]:
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(content)
-            os.chmod(tmp, 0o755 if name.endswith(".sh") else 0o644)
+            os.chmod(tmp, 0o600 if name in private else 0o755 if name.endswith(".sh") else 0o644)
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

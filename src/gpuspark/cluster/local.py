@@ -95,6 +95,7 @@ class LocalCluster:
         state_dir: str | os.PathLike[str] | None = None,
         host: str = "127.0.0.1",
         timeout: float = 120.0,
+        secure: bool = False,
     ) -> None:
         for name, value, least in (("workers", workers, 1), ("cores", cores, 1), ("gpus", gpus, 0)):
             if value is not None and value < least:
@@ -109,6 +110,8 @@ class LocalCluster:
         }
         self.host = host
         self.timeout = timeout
+        self.secure = secure
+        """Spark authentication (a shared secret, generated) and RPC encryption on."""
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.state: ClusterState | None = None
         self._owns = False
@@ -171,12 +174,15 @@ class LocalCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
         self._write_metrics_conf()
+        secret = self._write_security_conf()
         real = detect_gpus()
         shape = self.plan_shape(real)
         gpu_sets, simulated = _assign_gpus(shape, real)
         try:
             self.state = self._start_master(simulated)
             self.state.shape = shape.as_dict()
+            if secret is not None:
+                self.state.secure, self.state.secret_file = True, str(self._secret_path())
             self._write_state()
             for i, addresses in enumerate(gpu_sets):
                 self.state.workers.append(self._start_worker(i, addresses))
@@ -217,6 +223,28 @@ class LocalCluster:
         (conf_dir / "metrics.properties").write_text(metrics_properties(spec), encoding="utf-8")
         return conf_dir
 
+    def _secret_path(self) -> Path:
+        return self.state_dir / "spark-secret"
+
+    def _write_security_conf(self) -> str | None:
+        """With ``secure``: the shared secret (generated once per state directory, mode 600)
+        and ``$SPARK_CONF_DIR/spark-defaults.conf`` (mode 600) that the master reads; the
+        workers get the same lines in their properties files. ``None`` when not secure."""
+        from gpuspark.cluster.conf import write_rendered
+        from gpuspark.cluster.security import ensure_secret
+
+        conf_dir = self.state_dir / "conf"
+        if not self.secure:
+            (conf_dir / "spark-defaults.conf").unlink(missing_ok=True)
+            return None
+        secret, _created = ensure_secret(self._secret_path())
+        write_rendered(
+            {"spark-defaults.conf": _daemon_security(secret)},
+            conf_dir,
+            private=frozenset({"spark-defaults.conf"}),
+        )
+        return secret
+
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         home = spark_home()
@@ -255,8 +283,14 @@ class LocalCluster:
         port, webui = free_port(self.host), free_port(self.host)
         work = self.state_dir / f"worker-{index}"
         work.mkdir(exist_ok=True)
+        from gpuspark.cluster.conf import write_rendered
+        from gpuspark.cluster.security import read_secret
+
+        text = _worker_properties(work, addresses)
+        if self.state.secure:
+            text += _daemon_security(read_secret(self.state.secret_file))
+        write_rendered({"worker.conf": text}, work, private=frozenset({"worker.conf"}))
         props = work / "worker.conf"
-        props.write_text(_worker_properties(work, addresses))
         log = self.state_dir / "logs" / f"worker-{index}.log"
         args = [_WORKER_CLASS, self.state.master_url, "--host", self.host, "--port", str(port)]
         shape = EmbeddedShape.from_dict(self.state.shape)
@@ -327,6 +361,8 @@ class LocalCluster:
             workers=workers,
             active_apps=len(info.get("activeapps", [])),
             shape=self.state.shape,
+            secure=self.state.secure,
+            secret_file=self.state.secret_file,
         )
 
     def _worker_status(
@@ -422,6 +458,16 @@ def _worker_properties(work: Path, addresses: list[str]) -> str:
             f"spark.worker.resource.gpu.discoveryScript={script}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _daemon_security(secret: str) -> str:
+    """Properties master and workers need to accept only applications holding ``secret``
+    (the same authentication and RPC encryption as a secure session asks for)."""
+    return (
+        "spark.authenticate=true\n"
+        f"spark.authenticate.secret={secret}\n"
+        "spark.network.crypto.enabled=true\n"
+    )
 
 
 def _alive_workers(info: dict[str, Any]) -> int:

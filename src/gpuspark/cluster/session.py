@@ -77,7 +77,9 @@ class SessionPlan:
         parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
         parts += ["spark-submit", "--master", shlex.quote(self.master)]
         parts += ["--name", shlex.quote(self.app_name)]
-        for key, value in sorted(self.conf.items()):
+        from gpuspark.cluster.security import redact
+
+        for key, value in sorted(redact(self.conf).items()):
             parts += ["--conf", shlex.quote(f"{key}={value}")]
         return " ".join(parts)
 
@@ -146,6 +148,29 @@ def _embedded_conf(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
             conf["spark.dynamicAllocation.maxExecutors"] = str(executors)
         conf.update(_wait_for_executors(shape.workers * shape.cores_per_worker))
     return conf
+
+
+def _embedded_security(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
+    """A secure embedded cluster (``cluster up --secure``): its secret, the spec's ACLs."""
+    from gpuspark.cluster.security import read_secret, security_conf
+
+    state = cluster.state
+    if state is None or not state.secure:
+        return {}
+    secure = spec.model_copy(
+        update={"security": spec.security.model_copy(update={"enabled": True})}
+    )
+    return security_conf(secure, read_secret(state.secret_file))
+
+
+def _spec_security(spec: ClusterSpec, master: str) -> dict[str, str]:
+    """The spec's ``[security]`` with the secret read from its file (none for ``local[N]``:
+    everything runs in the driver's JVM)."""
+    from gpuspark.cluster.security import read_secret, security_conf
+
+    if not spec.security.enabled or master.startswith("local"):
+        return {}
+    return security_conf(spec, read_secret(spec.security.secret_file))
 
 
 def _wait_for_executors(cores: int) -> dict[str, str]:
@@ -261,11 +286,13 @@ def session_plan(
         resolved = found.master_url
         merged.update(local_defaults())
         merged.update(_embedded_conf(spec_obj, found))
+        merged.update(_embedded_security(spec_obj, found))
     else:
         resolved = target
         if resolved.startswith(_LOCAL_PREFIXES):
             merged.update(local_defaults())
         merged.update(_spec_conf(spec_obj, resolved))
+        merged.update(_spec_security(spec_obj, resolved))
     if not resolved.startswith("local") and "spark.ui.enabled" not in spec_obj.spark.conf:
         # A cluster's driver UI serves the driver's and executors' Prometheus metrics
         # (published as targets, see .targets); only in-process local[*] runs without it.
@@ -277,6 +304,9 @@ def session_plan(
     _check_master(resolved, merged)
     check_slots(merged)
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    if merged.get("spark.driver.bindAddress") == "127.0.0.1":
+        # The driver's web UI binds to SPARK_LOCAL_IP, else to every interface.
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
     return SessionPlan(master=resolved, app_name=app_name, conf=merged, env=env)
 
 

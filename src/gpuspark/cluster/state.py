@@ -37,6 +37,10 @@ class ClusterState:
     started_at: float = 0.0
     shape: dict[str, Any] = field(default_factory=dict)
     """The :class:`~gpuspark.cluster.shape.EmbeddedShape` it was started with."""
+    secure: bool = False
+    """Started with ``--secure``: Spark authentication and RPC encryption are on."""
+    secret_file: str = ""
+    """The shared secret's file (mode 600) when ``secure``."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterState:
@@ -76,6 +80,9 @@ class ClusterStatus:
     active_apps: int = 0
     shape: dict[str, Any] = field(default_factory=dict)
     """The :class:`~gpuspark.cluster.shape.EmbeddedShape` it was started with, as data."""
+    secure: bool = False
+    """Spark authentication (shared secret in ``secret_file``) and RPC encryption on."""
+    secret_file: str = ""
 
     @property
     def alive_workers(self) -> int:

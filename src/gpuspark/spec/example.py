@@ -113,6 +113,14 @@ metrics_port = 9700            # ranks serve /metrics on 9700 + local rank; 0 tu
 metrics_host = "0.0.0.0"       # the ranks' /metrics listen for a Prometheus on another host
 # targets_dir = "/shared/prometheus/gpuspark-targets"   # file_sd directory Prometheus reads
 runbook_url = "https://wiki.example.com/gpuspark/runbook"
+
+[security]                     # Spark authentication and encryption (`render spark --secure`)
+enabled = false                # true: every daemon and application shares the secret below
+secret_file = "~/.gpuspark/spark-secret"   # mode 600, the same on every node; made if missing
+network_crypto = true          # AES on all Spark RPC traffic
+io_encryption = true           # shuffle and spill files encrypted on local disks
+acls = true                    # UI ACLs: admins view and modify, the teams' members view
+admins = ["alice"]
 """
 
 

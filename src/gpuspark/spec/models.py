@@ -226,6 +226,29 @@ class Monitoring(_Model):
     """Where operators read the runbook; alerts link ``<runbook_url>#<alert section>``."""
 
 
+class Security(_Model):
+    """``[security]``: Spark authentication, encryption and UI ACLs (off by default; on with
+    ``enabled = true`` or ``--secure``). See :mod:`gpuspark.cluster.security`."""
+
+    enabled: bool = False
+    """``spark.authenticate`` with a shared secret, plus what is switched on below."""
+    secret_file: Annotated[str, Field(min_length=1)] = "~/.gpuspark/spark-secret"
+    """The shared secret (mode 0600; generated when missing). Every node and every user who
+    submits applications needs the same secret at this path."""
+    network_crypto: bool = True
+    """``spark.network.crypto.enabled``: AES encryption of all RPC traffic."""
+    io_encryption: bool = True
+    """``spark.io.encryption.enabled``: shuffle and spill files encrypted on local disks."""
+    acls: bool = True
+    """UI ACLs: admins view and modify, the teams' members view (``spark.acls.enable``)."""
+    admins: list[str] = Field(default_factory=list)
+    """Users with view and modify rights on every application (``spark.admin.acls``)."""
+    ui_keystore: str | None = None
+    """A keystore on every node: the UIs serve HTTPS (``spark.ssl.ui.*``). Its password goes
+    in ``spark.ssl.ui.keyStorePassword`` in the nodes' private conf, not in the spec."""
+    ui_keystore_type: Annotated[str, Field(min_length=1)] = "JKS"
+
+
 class ClusterSpec(_Model):
     """A whole cluster: see ``gpuspark init`` for a commented example."""
 
@@ -236,6 +259,7 @@ class ClusterSpec(_Model):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     teams: list[Team] = Field(default_factory=list)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    security: Security = Field(default_factory=Security)
 
     @property
     def total_gpus(self) -> int:

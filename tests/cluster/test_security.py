@@ -1,0 +1,256 @@
+"""Spark security from the spec: the shared secret, rendered conf, sessions, a secure cluster."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuspark.cluster.security import (
+    REDACTED,
+    SECRET_KEY,
+    ensure_secret,
+    read_secret,
+    redact,
+    security_conf,
+)
+from gpuspark.errors import ClusterError
+from gpuspark.spec import example_spec, parse_spec
+
+
+def _secure_spec(tmp_path: Path, **security: object) -> Path:
+    text = example_spec().replace("enabled = false", "enabled = true")
+    secret = tmp_path / "secret" / "spark-secret"
+    text = text.replace('"~/.gpuspark/spark-secret"', f'"{secret}"')
+    for key, value in security.items():
+        text += f"{key} = {value!r}\n".replace("'", '"')
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    return path
+
+
+def test_secret_file_is_private_from_creation_and_refused_when_readable(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "spark-secret"
+    secret, created = ensure_secret(path)
+    assert created and len(secret) == 64 and int(secret, 16) >= 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert ensure_secret(path) == (secret, False) and read_secret(path) == secret
+    assert [p.name for p in path.parent.iterdir()] == ["spark-secret"]  # no temp file left
+    path.chmod(0o640)
+    with pytest.raises(ClusterError, match=r"readable by others \(mode 0640\)") as err:
+        read_secret(path)
+    assert err.value.remedy == f"chmod 600 {path}"
+    with pytest.raises(ClusterError, match="no Spark secret file"):
+        read_secret(tmp_path / "missing")
+
+
+def test_security_conf_from_spec(tmp_path: Path) -> None:
+    spec = parse_spec(_secure_spec(tmp_path, ui_keystore="/etc/spark/ui.jks").read_text())
+    conf = security_conf(spec, "s3cret")
+    assert conf["spark.authenticate"] == "true" and conf[SECRET_KEY] == "s3cret"
+    assert conf["spark.network.crypto.enabled"] == "true"
+    assert conf["spark.io.encryption.enabled"] == "true"
+    assert conf["spark.acls.enable"] == "true"
+    assert conf["spark.admin.acls"] == conf["spark.modify.acls"] == "alice"
+    members = {m for t in spec.teams for m in t.members} | {"alice"}
+    assert set(conf["spark.ui.view.acls"].split(",")) == members
+    assert conf["spark.ssl.ui.keyStore"] == "/etc/spark/ui.jks"
+    assert security_conf(spec)[SECRET_KEY] == REDACTED
+    assert redact(conf)[SECRET_KEY] == REDACTED
+    off = parse_spec(example_spec())
+    assert not off.security.enabled and security_conf(off, "x") == {}
+
+
+def test_render_secure_prints_no_secret_and_writes_a_private_conf(tmp_path: Path, cli: Any) -> None:
+    plain = cli("render", "spark", "examples/cluster.toml", "--secure", cwd=_root(), state=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert f"{SECRET_KEY} {REDACTED}" in plain.stdout and "spark.authenticate true" in plain.stdout
+    spec = _secure_spec(tmp_path)
+    out = tmp_path / "conf"
+    r = cli("render", "spark", str(spec), "-o", str(out), cwd=tmp_path, state=tmp_path)
+    assert r.returncode == 0, r.stderr
+    secret = read_secret(tmp_path / "secret" / "spark-secret")
+    assert "generated the shared secret" in r.stdout and secret not in r.stdout + r.stderr
+    defaults = out / "spark-defaults.conf"
+    assert stat.S_IMODE(defaults.stat().st_mode) == 0o600
+    assert f"{SECRET_KEY} {secret}\n" in defaults.read_text()
+    assert stat.S_IMODE((out / "metrics.properties").stat().st_mode) == 0o644
+    again = cli("render", "spark", str(spec), "-o", str(out), cwd=tmp_path, state=tmp_path)
+    assert "read the shared secret" in again.stdout
+    assert f"{SECRET_KEY} {secret}\n" in defaults.read_text()  # the same secret, not a new one
+
+
+def test_session_plan_reads_the_secret_and_the_dry_run_hides_it(tmp_path: Path) -> None:
+    from gpuspark.cluster.session import session_plan
+
+    spec = parse_spec(_secure_spec(tmp_path).read_text())
+    secret, _ = ensure_secret(spec.security.secret_file)
+    plan = session_plan("spark://10.0.0.1:7077", spec)
+    assert plan.conf[SECRET_KEY] == secret and plan.conf["spark.authenticate"] == "true"
+    assert secret not in plan.materialize() and REDACTED in plan.materialize()
+    assert SECRET_KEY not in session_plan("local[2]", spec).conf  # one JVM: nothing to guard
+
+
+def _root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def _unauthenticated_client(master: str, seconds: float) -> str:
+    """Output of a plain PySpark driver (no secret) trying ``master`` until it is refused."""
+    code = (
+        "from pyspark.sql import SparkSession\n"
+        f"s = SparkSession.builder.master({master!r}).config('spark.driver.host', '127.0.0.1')"
+        ".config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "print('REGISTERED', s.sparkContext.parallelize(range(4), 1).sum(), flush=True)\n"
+    )
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + seconds
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "Expected SaslMessage" in line or "REGISTERED" in line:
+                break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    return "".join(lines)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_secure_cluster_refuses_a_client_without_the_secret(tmp_path: Path) -> None:
+    from gpuspark.cluster.local import LocalCluster
+
+    cluster = LocalCluster(workers=1, cores=1, gpus=0, state_dir=tmp_path / "state", secure=True)
+    with cluster:
+        status = cluster.status()
+        assert status.secure and stat.S_IMODE(Path(status.secret_file).stat().st_mode) == 0o600
+        conf = tmp_path / "state" / "conf" / "spark-defaults.conf"
+        assert stat.S_IMODE(conf.stat().st_mode) == 0o600
+        out = _unauthenticated_client(cluster.master_url, 120)
+        assert "Expected SaslMessage" in out and "REGISTERED" not in out, out[-2000:]
+        master_log = Path(cluster.state.master_log).read_text()  # type: ignore[union-attr]
+        assert "AuthRpcHandler" in master_log
+        spark = cluster.session()
+        try:
+            assert spark.sparkContext.parallelize(range(10), 2).sum() == 45
+            assert spark.conf.get("spark.authenticate") == "true"
+        finally:
+            spark.stop()
+        apps = (cluster.master_json() or {}).get("completedapps", []) + (
+            cluster.master_json() or {}
+        ).get("activeapps", [])
+        assert len(apps) == 1  # the refused client never registered an application
+
+
+# --------------------------------------------------------------------------- listeners
+
+
+def _listening() -> dict[str, tuple[str, int]]:
+    """Socket inode -> (local address, port) of every listening TCP socket (/proc/net)."""
+    out: dict[str, tuple[str, int]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            addr, port = fields[1].split(":")
+            out[fields[9]] = (_address(addr), int(port, 16))
+    return out
+
+
+def _address(hex_addr: str) -> str:
+    if len(hex_addr) == 8:
+        return ".".join(str(b) for b in bytes.fromhex(hex_addr)[::-1])
+    words = [bytes.fromhex(hex_addr[i : i + 8])[::-1] for i in range(0, 32, 8)]
+    raw = b"".join(words)
+    if raw[:12] == b"\0" * 10 + b"\xff\xff":
+        return ".".join(str(b) for b in raw[12:])  # IPv4-mapped, as Java binds
+    return "::" if raw == b"\0" * 16 else raw.hex()
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    children: dict[int, set[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, set()).add(int(entry.name))
+    found, todo = set(roots), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _listeners_of(pids: set[int]) -> list[tuple[int, str, int]]:
+    sockets = _listening()
+    out = []
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            inode = link[len("socket:[") : -1] if link.startswith("socket:[") else ""
+            if inode in sockets:
+                out.append((pid, *sockets[inode]))
+    return out
+
+
+@pytest.mark.spark
+def test_no_spark_or_gpuspark_listener_on_every_interface(local_cluster: Any) -> None:
+    """The embedded cluster's daemons and executors, and a session's driver (its web UI is
+    on), listen on 127.0.0.1 only."""
+    state = local_cluster.state
+    code = (
+        "import sys\nfrom gpuspark.cluster.session import session\n"
+        f"s = session(master={local_cluster.master_url!r}, app_name='listeners')\n"
+        "print('SUM', s.sparkContext.parallelize(range(8), 2).sum(), flush=True)\n"
+        "sys.stdin.readline()\ns.stop()\n"
+    )
+    env = {**os.environ, "GPUSPARK_STATE_DIR": str(local_cluster.state_dir)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "SUM 28"
+        roots = {proc.pid, state.master_pid, *(w.pid for w in state.workers)}
+        listeners = _listeners_of(_descendants(roots))
+    finally:
+        proc.communicate("\n", timeout=120)
+    driver = _descendants({proc.pid})
+    assert any(pid in driver for pid, _a, _p in listeners)  # the driver's UI and RPC
+    assert any(port == state.webui_port for _pid, _a, port in listeners)
+    wide = [x for x in listeners if x[1] in ("0.0.0.0", "::")]
+    assert not wide, f"listening on every interface: {wide}"
