@@ -135,29 +135,36 @@ def _unauthenticated_client(master: str, seconds: float) -> str:
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_secure_cluster_refuses_a_client_without_the_secret(tmp_path: Path) -> None:
+def test_secure_cluster_refuses_a_client_without_the_secret(tmp_path: Path, cli: Any) -> None:
     from gpuspark.cluster.local import LocalCluster
 
-    cluster = LocalCluster(workers=1, cores=1, gpus=0, state_dir=tmp_path / "state", secure=True)
-    with cluster:
+    state = tmp_path / "state"
+    up = cli("cluster", "up", "--secure", "--workers", "1", "--cores", "1", "--gpus", "0",
+             cwd=tmp_path, state=state)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    assert "Spark authentication and RPC encryption on" in up.stdout
+    cluster = LocalCluster.running(state)
+    assert cluster is not None
+    try:
         status = cluster.status()
         assert status.secure and stat.S_IMODE(Path(status.secret_file).stat().st_mode) == 0o600
-        conf = tmp_path / "state" / "conf" / "spark-defaults.conf"
+        conf = state / "conf" / "spark-defaults.conf"
         assert stat.S_IMODE(conf.stat().st_mode) == 0o600
         out = _unauthenticated_client(cluster.master_url, 120)
         assert "Expected SaslMessage" in out and "REGISTERED" not in out, out[-2000:]
-        master_log = Path(cluster.state.master_log).read_text()  # type: ignore[union-attr]
-        assert "AuthRpcHandler" in master_log
+        assert cluster.state is not None
+        assert "AuthRpcHandler" in Path(cluster.state.master_log).read_text()
         spark = cluster.session()
         try:
             assert spark.sparkContext.parallelize(range(10), 2).sum() == 45
             assert spark.conf.get("spark.authenticate") == "true"
         finally:
             spark.stop()
-        apps = (cluster.master_json() or {}).get("completedapps", []) + (
-            cluster.master_json() or {}
-        ).get("activeapps", [])
+        info = cluster.master_json() or {}
+        apps = info.get("completedapps", []) + info.get("activeapps", [])
         assert len(apps) == 1  # the refused client never registered an application
+    finally:
+        cli("cluster", "down", cwd=tmp_path, state=state)
 
 
 # --------------------------------------------------------------------------- listeners
