@@ -231,33 +231,15 @@ def _listeners_of(pids: set[int]) -> list[tuple[int, str, int]]:
 
 
 @pytest.mark.spark
-def test_no_spark_or_gpuspark_listener_on_every_interface(local_cluster: Any) -> None:
-    """The embedded cluster's daemons and executors, and a session's driver (its web UI is
-    on), listen on 127.0.0.1 only."""
-    state = local_cluster.state
-    code = (
-        "import sys\nfrom gpuspark.cluster.session import session\n"
-        f"s = session(master={local_cluster.master_url!r}, app_name='listeners')\n"
-        "print('SUM', s.sparkContext.parallelize(range(8), 2).sum(), flush=True)\n"
-        "sys.stdin.readline()\ns.stop()\n"
-    )
-    env = {**os.environ, "GPUSPARK_STATE_DIR": str(local_cluster.state_dir)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "SUM 28"
-        roots = {proc.pid, state.master_pid, *(w.pid for w in state.workers)}
-        listeners = _listeners_of(_descendants(roots))
-    finally:
-        proc.communicate("\n", timeout=120)
-    driver = _descendants({proc.pid})
-    assert any(pid in driver for pid, _a, _p in listeners)  # the driver's UI and RPC
-    assert any(port == state.webui_port for _pid, _a, port in listeners)
+def test_no_spark_or_gpuspark_listener_on_every_interface(local_cluster: Any, spark: Any) -> None:
+    """Everything this test run started (the embedded cluster's daemons and executors, the
+    session's driver with its web UI on, the executors' Python workers) listens on 127.0.0.1
+    only."""
+    assert spark.sparkContext.parallelize(range(8), 4).sum() == 28
+    assert spark.conf.get("spark.ui.enabled") == "true"
+    listeners = _listeners_of(_descendants({os.getpid()}))
+    ports = {port for _pid, _addr, port in listeners}
+    assert local_cluster.state.webui_port in ports and local_cluster.state.master_port in ports
+    assert int(spark.sparkContext.uiWebUrl.rsplit(":", 1)[1]) in ports  # the driver's UI
     wide = [x for x in listeners if x[1] in ("0.0.0.0", "::")]
     assert not wide, f"listening on every interface: {wide}"
