@@ -7,6 +7,7 @@
 ``synth_ct``        :func:`synth_ct`: a CT cohort as real DICOM series, with its ground truth
 ``synth_images``    :func:`synth_images`: an image-folder data set
 ``synth_risk``      :func:`synth_risk`: a credit-risk table (Parquet, written by Spark)
+``pydoc_text``      :func:`pydoc_text`: a real English corpus offline (CPython's help topics)
 ``staging``         generated directories appear complete or not at all
 ==================  ===========================================================================
 
@@ -27,6 +28,7 @@ from gpuspark.demo.synth_ct import (
     render_phantom,
     synth_ct,
 )
+from gpuspark.demo.pydoc_text import PydocTextResult, pydoc_text
 from gpuspark.demo.synth_images import ImageSetSummary, synth_images
 from gpuspark.demo.synth_risk import RISK_CATEGORIES, SynthRiskResult, synth_risk
 from gpuspark.errors import DatasetExistsError
@@ -37,12 +39,14 @@ __all__ = [
     "DatasetExistsError",
     "DemoConfig",
     "ImageSetSummary",
+    "PydocTextResult",
     "SeriesParams",
     "SynthRiskResult",
     "build_report",
     "cohort_params",
     "load_cohort",
     "plot_history",
+    "pydoc_text",
     "render_phantom",
     "run_demo",
     "synth_ct",
