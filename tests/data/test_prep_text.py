@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpuspark.cli.main import main
 from gpuspark.data import format as fmt
 from gpuspark.data.prep import PrepError, load_dataset_tokenizer, prep_text
 from gpuspark.data.prep.text_tokens import (
@@ -161,8 +160,13 @@ def test_prep_text_parquet_column(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(PrepError, match="no column 'text'"):
         prep_text(tmp_path / "t.parquet", tmp_path / "x", column="text", spark=spark)
     res = prep_text(
-        tmp_path / "t.parquet", tmp_path / "ds", column="body", tokenizer=tok_dir,
-        seq_len=64, split=None, spark=spark,
+        tmp_path / "t.parquet",
+        tmp_path / "ds",
+        column="body",
+        tokenizer=tok_dir,
+        seq_len=64,
+        split=None,
+        spark=spark,
     )
     assert (res.inputs, res.files_in_rows, res.quarantined) == (8, 6, 2)
     extra = fmt.load_manifest(res.dataset).extra["text"]

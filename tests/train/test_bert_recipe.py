@@ -26,6 +26,7 @@ def write_tokens(path: Path, topics: int, seq_len: int = 32, vocab: int = 400) -
     """A token dataset as ``prep text`` writes it, without Spark: pydoc topics, one
     document each; every fourth document in the val split."""
     from pydoc_data.topics import topics as corpus
+
     from tokenizers import Tokenizer
 
     names = sorted(corpus)[:topics]
@@ -176,8 +177,9 @@ def test_preflight_refuses_a_dataset_without_text(tmp_path: Path) -> None:
     with ShardWriter(tmp_path / "ds") as w:
         w.write({"input_ids": np.zeros(8, np.int32), "doc": "a", "piece": 0})
     with pytest.raises(recipes.RecipeError, match="not a token dataset"):
-        recipes.preflight("bert", RecipeConfig(data=str(tmp_path / "ds"), val_split=None,
-                                               train_split=None))
+        recipes.preflight(
+            "bert", RecipeConfig(data=str(tmp_path / "ds"), val_split=None, train_split=None)
+        )
 
 
 # -- 2 ranks ------------------------------------------------------------------------------------
@@ -216,9 +218,7 @@ def test_fsdp_matches_ddp_halves_parameters_and_loss_falls(tokens: str, tmp_path
     from gpuspark import launch
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cfg = RecipeConfig(
-        data=tokens, epochs=3, batch_size=8, lr=5e-3, threads=1, dropout=0.0, seed=3
-    )
+    cfg = RecipeConfig(data=tokens, epochs=3, batch_size=8, lr=5e-3, threads=1, dropout=0.0, seed=3)
     res = launch.run(_both, cfg, num_processes=2, local=True, timeout=240)
     ddp, fsdp = res["ddp"], res["fsdp"]
     for a, b in zip(ddp["history"], fsdp["history"], strict=True):

@@ -355,7 +355,9 @@ def text(
     ] = 100_000,
     split: Annotated[
         str,
-        typer.Option(help="val=F[,test=F] by a hash of the document id (train: the rest), or none."),
+        typer.Option(
+            help="val=F[,test=F] by a hash of the document id (train: the rest), or none."
+        ),
     ] = "val=0.05",
     world_size: WorldOpt = None,
     num_shards: ShardsOpt = None,

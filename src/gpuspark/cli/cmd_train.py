@@ -60,9 +60,7 @@ def train(
     ] = None,
     hidden: Annotated[int, typer.Option(help="tabular: hidden units per MLP layer.")] = 128,
     layers: Annotated[int, typer.Option(help="tabular: hidden layers of the MLP.")] = 2,
-    dropout: Annotated[
-        float, typer.Option(help="tabular, bert: dropout after each layer.")
-    ] = 0.1,
+    dropout: Annotated[float, typer.Option(help="tabular, bert: dropout after each layer.")] = 0.1,
     size: Annotated[
         str, typer.Option(help="bert: encoder size tiny, small, base or large.")
     ] = "tiny",

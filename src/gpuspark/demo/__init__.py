@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from gpuspark.demo.config import DemoConfig
 from gpuspark.demo.pipeline import run_demo
+from gpuspark.demo.pydoc_text import PydocTextResult, pydoc_text
 from gpuspark.demo.report import build_report, plot_history, write_report
 from gpuspark.demo.synth_ct import (
     CohortSummary,
@@ -28,7 +29,6 @@ from gpuspark.demo.synth_ct import (
     render_phantom,
     synth_ct,
 )
-from gpuspark.demo.pydoc_text import PydocTextResult, pydoc_text
 from gpuspark.demo.synth_images import ImageSetSummary, synth_images
 from gpuspark.demo.synth_risk import RISK_CATEGORIES, SynthRiskResult, synth_risk
 from gpuspark.errors import DatasetExistsError

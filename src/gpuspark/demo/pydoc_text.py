@@ -51,9 +51,7 @@ def pydoc_text(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return PydocTextResult(
-        str(root), len(names), nbytes, words, round(time.monotonic() - t0, 3)
-    )
+    return PydocTextResult(str(root), len(names), nbytes, words, round(time.monotonic() - t0, 3))
 
 
 def _safe(name: str) -> str:

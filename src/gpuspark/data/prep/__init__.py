@@ -39,10 +39,10 @@ from gpuspark.errors import PrepError
 
 __all__ = [
     "QUARANTINE_FILE",
-    "load_dataset_tokenizer",
     "PrepError",
     "PrepResult",
     "Progress",
+    "load_dataset_tokenizer",
     "plan_shards",
     "prep_dicom",
     "prep_images",

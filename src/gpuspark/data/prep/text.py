@@ -275,7 +275,9 @@ def _sampled_lines(docs: Any, n_docs: int, wanted: int) -> list[str]:
 
         for b in batches:
             out = [ln for t in b.column("text").to_pylist() for ln in sample_lines(t, per_doc)]
-            yield pa.RecordBatch.from_pydict({"line": out}, schema=pa.schema([("line", pa.string())]))
+            yield pa.RecordBatch.from_pydict(
+                {"line": out}, schema=pa.schema([("line", pa.string())])
+            )
 
     sample = docs if fraction >= 1.0 else docs.sample(False, fraction, seed=0)
     rows = sample.select("text").mapInArrow(lines, "line string").collect()
@@ -437,7 +439,9 @@ def _run(
             ids = check_tokenizer(tok_json)
             vocab = _vocab_size(tok_json)
             watch.phase = "tokenize"
-            fn = _tokenize_fn(sc.broadcast(tok_json), opts.seq_len, write.fractions, counters["rows"])
+            fn = _tokenize_fn(
+                sc.broadcast(tok_json), opts.seq_len, write.fractions, counters["rows"]
+            )
             seqs = docs.mapInArrow(fn, _SEQ_DDL).persist(StorageLevel.DISK_ONLY)
             agg = seqs.agg(F.count("*").alias("n"), F.sum(F.col("length") - 2).alias("t")).first()
             counts.update(sequences=int(agg["n"]), tokens=int(agg["t"] or 0))

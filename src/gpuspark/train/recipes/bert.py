@@ -111,7 +111,7 @@ def mask_tokens(
     candidates = np.flatnonzero(~np.isin(ids, spec.special))
     if len(candidates) == 0:
         return inputs, labels
-    k = max(1, int(round(prob * len(candidates))))
+    k = max(1, round(prob * len(candidates)))
     chosen = np.sort(rng.choice(candidates, size=k, replace=False))
     labels[chosen] = ids[chosen]
     u = rng.random(k)
@@ -131,7 +131,7 @@ def sequence_rng(seed: int, epoch: int, doc: Any, piece: int) -> np.random.Gener
 def _masked_dataset_class() -> type:
     from gpuspark.data.load import ShardDataset
 
-    class MaskedTextDataset(ShardDataset):  # type: ignore[misc, valid-type]
+    class MaskedTextDataset(ShardDataset):
         """A :class:`~gpuspark.data.load.ShardDataset` yielding ``(inputs, labels)`` with
         this epoch's masks (the epoch is the dataset's, as the loader sets it)."""
 
