@@ -244,14 +244,15 @@ if CUDA:
 seconds = time.perf_counter() - t0
 mem = fsdp.memory_accounting(model, opt)
 opt.zero_grad(set_to_none=True)
-ok = bool(np.isfinite(float(loss)))
+loss = float(loss.detach())
+ok = bool(np.isfinite(loss))
 status = ("ok" if ok else "FAILED") if CUDA else "skipped (no CUDA)"
 peak = mem.get("cuda_peak_bytes")
-value = (f"{size}, {params / 1e6:.1f} M params, loss {float(loss):.3f}, {seconds:.2f} s, "
+value = (f"{size}, {params / 1e6:.1f} M params, loss {loss:.3f}, {seconds:.2f} s, "
          + (f"peak {peak / 2**30:.2f} GiB" if peak else f"tiny fp32 on {backend}"))
 print(f"  {'bert FSDP step (bf16)':<44} {status:<18} {value}", flush=True)
 write_results("gpu_check_bert", {"cuda": CUDA, "size": size, "vocab": vocab, "seq_len": seq,
-                                 "batch": batch, "parameters": params, "loss": float(loss),
+                                 "batch": batch, "parameters": params, "loss": loss,
                                  "step_s": seconds, "memory": mem, "ok": ok})
 import torch.distributed as dist
 
