@@ -214,11 +214,16 @@ def _both(cfg: RecipeConfig) -> dict[str, Any]:
 
 def test_fsdp_matches_ddp_halves_parameters_and_loss_falls(tokens: str, tmp_path: Path) -> None:
     import cloudpickle
+    import torch
 
     from gpuspark import launch
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cfg = RecipeConfig(data=tokens, epochs=3, batch_size=8, lr=5e-3, threads=1, dropout=0.0, seed=3)
+    out = tmp_path / "out"
+    cfg = RecipeConfig(
+        data=tokens, epochs=3, batch_size=8, lr=5e-3, threads=1, dropout=0.0, seed=3,
+        out=str(out), test_split="val",
+    )  # fmt: skip
     res = launch.run(_both, cfg, num_processes=2, local=True, timeout=240)
     ddp, fsdp = res["ddp"], res["fsdp"]
     for a, b in zip(ddp["history"], fsdp["history"], strict=True):
@@ -232,6 +237,12 @@ def test_fsdp_matches_ddp_halves_parameters_and_loss_falls(tokens: str, tmp_path
     final = fsdp["history"][-1]["val_mlm_loss"]
     assert final < res["start"], (res["start"], final)
     assert ddp["comm"]["bytes_sent"] > 0
+    # FSDP's best model (written last) is a full state dict, gathered from the shards: the
+    # test split, scored with it on every rank, gets the best epoch's validation score
+    assert fsdp["test"]["mlm_acc"] == pytest.approx(fsdp["best"]["val_mlm_acc"])
+    payload = torch.load(out / "best.pt", map_location="cpu", weights_only=False)
+    net = recipes.build_bert(cfg, _manifest(tokens).extra["text"]["vocab_size"])
+    net.load_state_dict(payload["model"])  # strict: every weight, plain tensors
 
 
 def test_cli_train_bert_fsdp_local(tokens: str, capsys: pytest.CaptureFixture[str]) -> None:
