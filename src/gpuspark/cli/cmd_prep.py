@@ -342,7 +342,8 @@ def text(
         str | None, typer.Option(help="Parquet source: the text column (one document a row).")
     ] = None,
     id: Annotated[
-        str | None, typer.Option("--id", help="Parquet: document id column [default: text hash].")
+        str | None,
+        typer.Option("--id", help="Parquet: document id column (default: a hash of the text)."),
     ] = None,
     vocab_size: Annotated[int, typer.Option(min=100, help="WordPiece vocabulary size.")] = 8000,
     seq_len: Annotated[int, typer.Option(min=8, help="Tokens per sequence.")] = 128,
