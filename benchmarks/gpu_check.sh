@@ -6,6 +6,8 @@
 #   3. ShardDataset loader with pinned memory and device="cuda" (copies on a side stream)
 #   4. MONAI ResNet-50 2D images/s: fed by gpuspark shards vs synthetic in-GPU tensors
 #   5. the rank exporter's /metrics carries the CUDA memory gauges on a GPU (absent on CPU)
+#   6. (separate block, bert) one FSDP step of the `base` BERT in bf16 on CUDA, peak memory;
+#      writes benchmarks/results/gpu_check_bert.json (without CUDA: one tiny fp32 gloo step)
 #
 # Prints a short table and writes benchmarks/results/gpu_check.json. Without CUDA the GPU parts
 # print "skipped (no CUDA)" and the CPU-safe parts (shard writing, loader, gloo world-size-1
@@ -21,7 +23,7 @@ fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L || echo "nvidia-smi: not found"
 
-exec timeout 470 "$PY" - <<'EOF'
+timeout 400 "$PY" - <<'EOF'
 import json, os, sys, tempfile, time
 from pathlib import Path
 
@@ -192,6 +194,66 @@ results["exporter_cuda_gauges"] = have_cuda
 rm.close()
 path = write_results("gpu_check", results)
 print(f"results: {path}")
+import torch.distributed as dist
+
+dist.destroy_process_group()
+EOF
+
+# ------------------------------------------------------------------------------------------
+# 6. bert: one FSDP step of the `base` BERT (12 layers, hidden 768, vocabulary 30522, 512
+#    tokens x 8 sequences) in bf16 on CUDA, with the peak memory. Without CUDA: the `tiny`
+#    BERT, one fp32 step on gloo (plumbing only), so the block is checked anywhere.
+# ------------------------------------------------------------------------------------------
+exec timeout 60 "$PY" - <<'EOF'
+import sys, time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, "benchmarks")
+from _common import write_results
+
+from gpuspark.train import ddp, fsdp
+from gpuspark.train.recipes import TextSpec, mask_tokens, mlm_loss
+from gpuspark.train.recipes.bert import sequence_rng
+from gpuspark.train.recipes.bert_model import BERT_SIZES, BertMLM
+
+CUDA = torch.cuda.is_available()
+size, vocab, seq, batch = ("base", 30522, 512, 8) if CUDA else ("tiny", 1000, 64, 2)
+backend = ddp.init_distributed("nccl" if CUDA else "gloo")
+spec = TextSpec(vocab, seq, {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4})
+rng = np.random.default_rng(0)
+pairs = [mask_tokens(np.r_[2, rng.integers(5, vocab, seq - 2), 3], sequence_rng(0, 0, "g", i), spec)
+         for i in range(batch)]
+x, y = (torch.from_numpy(np.stack(a)) for a in zip(*pairs))
+torch.manual_seed(0)
+net = BertMLM(vocab, seq, BERT_SIZES[size], dropout=0.0)
+params = sum(p.numel() for p in net.parameters())
+model = ddp.prepare(net, strategy="fsdp", amp="bf16" if CUDA else None)
+device = model.gpuspark_info.device
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+if CUDA:
+    torch.cuda.reset_peak_memory_stats(device)
+t0 = time.perf_counter()
+with ddp.autocast(model):
+    loss = mlm_loss(model(x.to(device)), y.to(device))
+loss.backward()
+opt.step()
+if CUDA:
+    torch.cuda.synchronize()
+seconds = time.perf_counter() - t0
+mem = fsdp.memory_accounting(model, opt)
+opt.zero_grad(set_to_none=True)
+loss = float(loss.detach())
+ok = bool(np.isfinite(loss))
+status = ("ok" if ok else "FAILED") if CUDA else "skipped (no CUDA)"
+peak = mem.get("cuda_peak_bytes")
+value = (f"{size}, {params / 1e6:.1f} M params, loss {loss:.3f}, {seconds:.2f} s, "
+         + (f"peak {peak / 2**30:.2f} GiB" if peak else f"tiny fp32 on {backend}"))
+print(f"  {'bert FSDP step (bf16)':<44} {status:<18} {value}", flush=True)
+write_results("gpu_check_bert", {"cuda": CUDA, "size": size, "vocab": vocab, "seq_len": seq,
+                                 "batch": batch, "parameters": params, "loss": loss,
+                                 "step_s": seconds, "memory": mem, "ok": ok})
 import torch.distributed as dist
 
 dist.destroy_process_group()

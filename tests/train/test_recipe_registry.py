@@ -67,7 +67,7 @@ def ct_data(tmp_path: Path) -> str:
 
 
 def test_builtin_recipes_are_registered_values() -> None:
-    assert recipes.RECIPES == recipes.recipe_names() == ("resnet2d", "resnet3d", "tabular")
+    assert recipes.RECIPES == recipes.recipe_names() == ("bert", "resnet2d", "resnet3d", "tabular")
     r3 = recipes.get_recipe("resnet3d")
     assert r3 is recipes.RESNET3D and r3.keys == ("volume", "label")
     assert recipes.get_recipe("resnet2d").keys == ("image", "label")
@@ -79,7 +79,7 @@ def test_unknown_recipe_lists_the_choices() -> None:
         recipes.get_recipe("resnet3")
     msg = str(info.value)
     assert "recipe 'resnet3' is unknown (did you mean 'resnet3d'?)" in msg
-    assert "use one of: resnet2d, resnet3d" in msg and "\n" not in msg
+    assert "use one of: bert, resnet2d, resnet3d" in msg and "\n" not in msg
     with pytest.raises(RecipeError, match="use one of"):
         recipes.build_model("vit", RecipeConfig(data="-"), 2)
 

@@ -1,5 +1,5 @@
 """``gpuspark datasets``: demo data (synthetic CT cohort as DICOM, JPEG image folders, a
-credit-risk table as Parquet)."""
+credit-risk table as Parquet, a real English text corpus from CPython's help topics)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
     ds.command("synth-ct")(synth_ct)
     ds.command("synth-images")(synth_images)
     ds.command("synth-risk")(synth_risk)
+    ds.command("pydoc-text")(pydoc_text)
     app.add_typer(ds, name="datasets")
 
 
@@ -117,4 +118,26 @@ def synth_risk(
                 res.seconds,
             ]
         ],
+    )
+
+
+def pydoc_text(
+    dst: DstArg,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Only the first N topics [default: all].")
+    ] = None,
+    overwrite: OverwriteOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """CPython's help topics (pydoc_data.topics, real English, offline) as DST/<topic>.txt."""
+    from gpuspark import demo
+
+    res = demo.pydoc_text(dst, limit=limit, overwrite=overwrite)
+    if json:
+        print_json(asdict(res))
+        return
+    print_table(
+        f"pydoc help topics -> {res.path}",
+        ["files", "words", "bytes", "seconds"],
+        [[res.files, res.words, res.bytes, res.seconds]],
     )

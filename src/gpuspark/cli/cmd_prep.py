@@ -1,5 +1,5 @@
-"""``gpuspark prep``: image folders, DICOM series and Parquet tables to training shards, on
-Spark."""
+"""``gpuspark prep``: image folders, DICOM series, Parquet tables and text to training shards,
+on Spark."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
     prep.command("images")(images)
     prep.command("dicom")(dicom)
     prep.command("parquet")(parquet)
+    prep.command("text")(text)
     app.add_typer(prep, name="prep")
 
 
@@ -113,6 +114,8 @@ def _summary(res: Any, json: bool) -> None:
         return
     # a table's inputs are rows; the file jobs quarantine files (a DICOM file holds items)
     unit = "rows" if res.kind == "parquet" else "files"
+    if res.kind == "text":
+        unit = "documents"
     quarantined = (
         f"{res.quarantined} rows"
         if unit == "rows"
@@ -301,6 +304,89 @@ def parquet(
             max_vocab=max_vocab,
             overwrite=overwrite,
             compression=compression,
+            master=master,
+            spec=spec,
+            progress=progress,
+            team=team,
+        )
+    _summary(res, json)
+
+
+def _named_split(text: str, option: str = "--split") -> Any:
+    """``val=0.05[,test=0.05]`` (train gets the rest), plain ``0.9,0.1``, or ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    if "=" not in text:
+        return _split(text, option)
+    form = "val=F[,test=F] (train gets the rest), fractions train,val[,test], or none"
+    parts: dict[str, float] = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        try:
+            parts[name.strip()] = float(value)
+        except ValueError:
+            raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option) from None
+    if not set(parts) <= {"val", "test"}:
+        raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option)
+    val, test = parts.get("val", 0.0), parts.get("test", 0.0)
+    return (1.0 - val - test, val, test) if "test" in parts else (1.0 - val, val)
+
+
+def text(
+    src: Annotated[
+        str,
+        typer.Argument(help="Folder of .txt files, one .txt file, or Parquet (with --column)."),
+    ],
+    dst: DstArg,
+    column: Annotated[
+        str | None, typer.Option(help="Parquet source: the text column (one document a row).")
+    ] = None,
+    id: Annotated[
+        str | None,
+        typer.Option("--id", help="Parquet: document id column (default: a hash of the text)."),
+    ] = None,
+    vocab_size: Annotated[int, typer.Option(min=100, help="WordPiece vocabulary size.")] = 8000,
+    seq_len: Annotated[int, typer.Option(min=8, help="Tokens per sequence.")] = 128,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="Folder with tokenizer.json to use instead of training one."),
+    ] = None,
+    sample_lines: Annotated[
+        int, typer.Option(min=1, help="Lines (at most) the tokenizer is trained on.")
+    ] = 100_000,
+    split: Annotated[
+        str,
+        typer.Option(
+            help="val=F[,test=F] by a hash of the document id (train: the rest), or none."
+        ),
+    ] = "val=0.05",
+    world_size: WorldOpt = None,
+    num_shards: ShardsOpt = None,
+    overwrite: OverwriteOpt = False,
+    master: MasterOpt = None,
+    spec: SpecOpt = None,
+    team: TeamOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Text to token sequences for masked-LM training: trains a WordPiece tokenizer on the
+    corpus (saved with the dataset), tokenises on Spark, packs [CLS] ... [SEP] sequences."""
+    from gpuspark.data.prep import prep_text
+
+    fractions = _named_split(split)
+    with _progress_bar(not json) as progress:
+        res = prep_text(
+            src,
+            dst,
+            column=column,
+            id=id,
+            vocab_size=vocab_size,
+            seq_len=seq_len,
+            tokenizer=tokenizer,
+            sample_lines=sample_lines,
+            split=fractions,
+            world_size=world_size,
+            num_shards=num_shards,
+            overwrite=overwrite,
             master=master,
             spec=spec,
             progress=progress,

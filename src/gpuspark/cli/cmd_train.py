@@ -25,8 +25,8 @@ def train(
     recipe: Annotated[
         str,
         typer.Argument(
-            help="Recipe: resnet3d (CT volumes), resnet2d (images) or tabular "
-            "(tables from `gpuspark prep parquet`)."
+            help="Recipe: resnet3d (CT volumes), resnet2d (images), tabular "
+            "(tables from `gpuspark prep parquet`) or bert (text from `gpuspark prep text`)."
         ),
     ],
     data: Annotated[Path, typer.Option("--data", help="Dataset written by `gpuspark prep`.")],
@@ -39,8 +39,16 @@ def train(
     lr: Annotated[
         float | None, typer.Option(help="AdamW learning rate, cosine schedule [default: 1e-3].")
     ] = None,
+    strategy: Annotated[
+        str,
+        typer.Option(
+            help="ddp (full replicas), fsdp (each rank holds a shard of the model state) or "
+            "hsdp (sharded within a node, replicated across nodes)."
+        ),
+    ] = "ddp",
     compression: Annotated[
-        str | None, typer.Option(help="Gradient compression: fp16, bf16 or powersgd.")
+        str | None,
+        typer.Option(help="Gradient compression (ddp only): fp16, bf16 or powersgd."),
     ] = None,
     powersgd_rank: Annotated[int, typer.Option(help="PowerSGD matrix rank.")] = 2,
     amp: Annotated[str | None, typer.Option(help="Mixed precision: bf16 or fp16.")] = None,
@@ -52,7 +60,10 @@ def train(
     ] = None,
     hidden: Annotated[int, typer.Option(help="tabular: hidden units per MLP layer.")] = 128,
     layers: Annotated[int, typer.Option(help="tabular: hidden layers of the MLP.")] = 2,
-    dropout: Annotated[float, typer.Option(help="tabular: dropout after each layer.")] = 0.1,
+    dropout: Annotated[float, typer.Option(help="tabular, bert: dropout after each layer.")] = 0.1,
+    size: Annotated[
+        str, typer.Option(help="bert: encoder size tiny, small, base or large.")
+    ] = "tiny",
     class_weights: Annotated[
         bool, typer.Option(help="tabular: weight the loss by inverse class frequency.")
     ] = True,
@@ -93,7 +104,8 @@ def train(
     spec: SpecOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Train a recipe with DDP on the cluster (embedded one by default); rank 0 logs epochs."""
+    """Train a recipe with DDP or FSDP on the cluster (embedded one by default); rank 0 logs
+    epochs."""
     from gpuspark.monitor.rank_settings import check_team
     from gpuspark.spec import load_spec
     from gpuspark.train import recipes
@@ -104,6 +116,7 @@ def train(
     cfg = recipes.RecipeConfig(
         data=str(data),
         **_with_recipe_defaults(recipe, given),
+        strategy=strategy,
         compression=compression,
         powersgd_rank=powersgd_rank,
         amp=amp,
@@ -115,6 +128,7 @@ def train(
         layers=layers,
         dropout=dropout,
         class_weights=class_weights,
+        size=size,
         threads=threads,
         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
         checkpoint_every=checkpoint_every,

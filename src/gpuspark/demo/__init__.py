@@ -7,6 +7,7 @@
 ``synth_ct``        :func:`synth_ct`: a CT cohort as real DICOM series, with its ground truth
 ``synth_images``    :func:`synth_images`: an image-folder data set
 ``synth_risk``      :func:`synth_risk`: a credit-risk table (Parquet, written by Spark)
+``pydoc_text``      :func:`pydoc_text`: a real English corpus offline (CPython's help topics)
 ``staging``         generated directories appear complete or not at all
 ==================  ===========================================================================
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from gpuspark.demo.config import DemoConfig
 from gpuspark.demo.pipeline import run_demo
+from gpuspark.demo.pydoc_text import PydocTextResult, pydoc_text
 from gpuspark.demo.report import build_report, plot_history, write_report
 from gpuspark.demo.synth_ct import (
     CohortSummary,
@@ -37,12 +39,14 @@ __all__ = [
     "DatasetExistsError",
     "DemoConfig",
     "ImageSetSummary",
+    "PydocTextResult",
     "SeriesParams",
     "SynthRiskResult",
     "build_report",
     "cohort_params",
     "load_cohort",
     "plot_history",
+    "pydoc_text",
     "render_phantom",
     "run_demo",
     "synth_ct",

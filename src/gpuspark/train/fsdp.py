@@ -42,6 +42,7 @@ __all__ = [
     "ShardedInfo",
     "block_modules",
     "build_mesh",
+    "check_strategy",
     "is_sharded",
     "memory_accounting",
     "no_sync",
@@ -100,6 +101,13 @@ def _check(strategy: str, compression: str | None, amp: str | None, reduce_dtype
             f"reduce_dtype {reduce_dtype!r} is unknown",
             remedy="use one of: " + ", ".join(REDUCE_DTYPES) + " (or a torch.dtype)",
         )
+
+
+def check_strategy(strategy: str, compression: str | None = None) -> None:
+    """Refuse an unknown strategy, or a DDP compression hook with fsdp/hsdp (one line, with
+    the remedy), before any process starts; the same rule :func:`prepare_sharded` applies."""
+    if strategy != "ddp":
+        _check(strategy, compression, None, None)
 
 
 def _is_dtype(value: Any) -> bool:

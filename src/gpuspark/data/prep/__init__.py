@@ -1,9 +1,12 @@
-"""Spark preprocessing jobs: DICOM series, image folders and Parquet tables to gpuspark shards.
+"""Spark preprocessing jobs: DICOM series, image folders, Parquet tables and text to gpuspark
+shards.
 
 :func:`prep_dicom` turns DICOM files (any names, nested folders, mixed series) into one
 volume per series; :func:`prep_images` turns an image folder ``src/<label>/<file>`` into
 image samples; :func:`prep_parquet` turns a Parquet table into a tabular table dataset
-(``id``, ``label``, numeric ``x``, categorical codes ``c``, statistics in the manifest).
+(``id``, ``label``, numeric ``x``, categorical codes ``c``, statistics in the manifest);
+:func:`prep_text` turns ``.txt`` files or a Parquet text column into fixed-length token
+sequences with a WordPiece tokenizer committed beside them.
 The library takes typed values (tuples, floats, presets); the text forms (``"z,y,x"``,
 ``"0.8,0.1,0.1"``, ``"L,W"``) are the CLI's to parse.
 
@@ -18,7 +21,8 @@ counts are in ``extra["quarantine"]`` and in :class:`PrepResult`:
 
 The modules behind this face: ``common`` (driver checks, write options, quarantine table,
 result), ``progress`` (the progress watcher), ``shards`` (shard planning), ``dicom`` and
-``images``, ``parquet`` (the jobs; ``parquet_stats`` is the Parquet job's DataFrame side).
+``images``, ``parquet``, ``text`` (the jobs; ``parquet_stats`` is the Parquet job's DataFrame
+side, ``text_tokens`` the text job's tokenizer and packing).
 Import from ``gpuspark.data.prep``; the layout behind it may change.
 """
 
@@ -30,6 +34,7 @@ from gpuspark.data.prep.images import prep_images
 from gpuspark.data.prep.parquet import prep_parquet
 from gpuspark.data.prep.progress import Progress
 from gpuspark.data.prep.shards import plan_shards
+from gpuspark.data.prep.text import load_dataset_tokenizer, prep_text
 from gpuspark.errors import PrepError
 
 __all__ = [
@@ -37,8 +42,10 @@ __all__ = [
     "PrepError",
     "PrepResult",
     "Progress",
+    "load_dataset_tokenizer",
     "plan_shards",
     "prep_dicom",
     "prep_images",
     "prep_parquet",
+    "prep_text",
 ]

@@ -5,6 +5,9 @@
   validation accuracy and ROC AUC after each epoch; the best model exported to ``best.pt``.
 - ``resnet2d``: MONAI ResNet-50 with ``spatial_dims=2`` on image-folder shards from
   ``gpuspark prep images``; validation top-1.
+- ``bert``: a BERT-style masked-language-model encoder (sizes ``tiny`` to ``large``) on the
+  token datasets of ``gpuspark prep text``; dynamic masking in the loader; masked-LM loss
+  and accuracy; ``strategy="fsdp"`` shards each encoder layer.
 - ``tabular``: an MLP with categorical embeddings on the tabular datasets of
   ``gpuspark prep parquet`` (read as blocks of rows by ``TableDataset``); normalisation from
   the manifest's statistics, class-weighted loss; validation ROC AUC, PR AUC and accuracy.
@@ -24,6 +27,8 @@ returns rank 0's summary.
 ``resnet2d``        the ``resnet2d`` recipe
 ``tabular``         the ``tabular`` recipe
 ``tabular_model``   its network, :class:`TabularNet` (imports torch: import it where needed)
+``bert``            the ``bert`` recipe: masking, dataset, loss, scores
+``bert_model``      its network, :class:`BertMLM` and the size table (imports torch)
 ==================  ===========================================================================
 
 Import from ``gpuspark.train.recipes``; the module layout behind it may change.
@@ -32,8 +37,19 @@ Import from ``gpuspark.train.recipes``; the module layout behind it may change.
 from __future__ import annotations
 
 from gpuspark.errors import RecipeError
+from gpuspark.train.recipes.bert import (
+    BERT,
+    IGNORE_INDEX,
+    TextSpec,
+    bert_dataset,
+    build_bert,
+    mask_tokens,
+    mlm_loss,
+    mlm_scores,
+    text_spec,
+)
 from gpuspark.train.recipes.common import accuracy, augment, pr_auc, roc_auc
-from gpuspark.train.recipes.config import RESNET_DEPTHS, RecipeConfig
+from gpuspark.train.recipes.config import BERT_SIZE_NAMES, RESNET_DEPTHS, RecipeConfig
 from gpuspark.train.recipes.registry import (
     Decoder,
     Recipe,
@@ -64,6 +80,9 @@ RECIPES = recipe_names()
 """Names of the built-in recipes (:func:`recipe_names` also lists ones registered later)."""
 
 __all__ = [
+    "BERT",
+    "BERT_SIZE_NAMES",
+    "IGNORE_INDEX",
     "RECIPES",
     "RESNET2D",
     "RESNET3D",
@@ -75,10 +94,13 @@ __all__ = [
     "RecipeConfig",
     "RecipeError",
     "TabularSpec",
+    "TextSpec",
     "TrainSummary",
     "VolumeDecode",
     "accuracy",
     "augment",
+    "bert_dataset",
+    "build_bert",
     "build_model",
     "build_tabular",
     "check_dataset",
@@ -87,6 +109,9 @@ __all__ = [
     "decode_image",
     "decode_volume",
     "get_recipe",
+    "mask_tokens",
+    "mlm_loss",
+    "mlm_scores",
     "model_config",
     "pr_auc",
     "preflight",
@@ -98,6 +123,7 @@ __all__ = [
     "tabular_dataset",
     "tabular_metrics",
     "tabular_spec",
+    "text_spec",
     "train",
     "unregister_recipe",
 ]

@@ -7,10 +7,12 @@ from typing import Any
 
 from gpuspark.errors import RecipeError
 
-__all__ = ["RESNET_DEPTHS", "RecipeConfig"]
+__all__ = ["BERT_SIZE_NAMES", "RESNET_DEPTHS", "RecipeConfig"]
 
 RESNET_DEPTHS = (10, 18, 34, 50)
 """The MONAI ResNet depths a recipe can build."""
+BERT_SIZE_NAMES = ("tiny", "small", "base", "large")
+"""``bert`` sizes (shapes in :data:`gpuspark.train.recipes.bert_model.BERT_SIZES`)."""
 
 
 @dataclass
@@ -28,7 +30,12 @@ class RecipeConfig:
     """Per-rank batch size."""
     lr: float = 1e-3
     weight_decay: float = 1e-4
+    strategy: str = "ddp"
+    """Data parallelism: ``"ddp"`` (replicas), ``"fsdp"`` (every rank holds a shard of the
+    parameters, gradients and optimizer state) or ``"hsdp"`` (sharded within a node,
+    replicated across nodes); see :func:`gpuspark.train.prepare`."""
     compression: str | None = None
+    """DDP gradient compression (``fp16``, ``bf16``, ``powersgd``); refused with fsdp/hsdp."""
     powersgd_rank: int = 2
     powersgd_start_iter: int = 10
     amp: str | None = None
@@ -70,6 +77,10 @@ class RecipeConfig:
     class_weights: bool = True
     """``tabular``: weight the loss by inverse class frequency (the manifest's label counts,
     normalised to mean 1), for imbalanced labels such as 2% defaults."""
+    size: str = "tiny"
+    """``bert``: encoder size, one of :data:`BERT_SIZE_NAMES`."""
+    mask_prob: float = 0.15
+    """``bert``: share of the non-special tokens masked in each sequence."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -87,6 +98,13 @@ class RecipeConfig:
             raise RecipeError(f"dropout must be in [0, 1), got: {self.dropout}")
         if self.lr <= 0:
             raise RecipeError(f"lr must be > 0, got: {self.lr}")
+        if self.size not in BERT_SIZE_NAMES:
+            raise RecipeError(f"size must be one of {BERT_SIZE_NAMES}, got: {self.size!r}")
+        if not 0 < self.mask_prob < 1:
+            raise RecipeError(f"mask_prob must be in (0, 1), got: {self.mask_prob}")
+        from gpuspark.train.fsdp import check_strategy
+
+        check_strategy(self.strategy, self.compression)
 
     @property
     def out_dir(self) -> str | None:

@@ -81,6 +81,12 @@ class Recipe:
     sample_shape: tuple[int, ...] = ()
     """A typical model input without the batch axis (``(1, 64, 64, 64)`` for CT volumes),
     which the planner counts FLOPs on when it is not told one; ``()``: none."""
+    evaluate: (
+        Callable[[Any, Any, RecipeConfig, Any], tuple[dict[str, float | None], int]] | None
+    ) = None
+    """``(network, dataset, config, device) -> (scores, samples)`` of one split, replacing
+    the softmax + :attr:`metrics` path for recipes that are not classifiers (masked-LM loss
+    and accuracy); called in eval mode under no-grad and autocast. ``None``: that path."""
     input_kind: str = ""
     """What the loader decodes for this recipe (``"volume"``, ``"jpeg"``, ``"table"``): the
     planner's decode-rate row."""

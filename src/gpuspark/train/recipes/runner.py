@@ -170,34 +170,100 @@ def _predict(model: Any, val: Any, batch_size: int, device: Any) -> tuple[np.nda
     return np.concatenate(probs), np.concatenate(labels)
 
 
+def _scores(
+    recipe: Recipe, cfg: RecipeConfig, model: Any, ds: Any
+) -> tuple[dict[str, float | None], int]:
+    """The recipe's scores of ``model`` on ``ds`` and the samples scored."""
+    import torch
+
+    from gpuspark.train import ddp
+
+    device = model.gpuspark_info.device
+    if recipe.evaluate is None:
+        probs, labels = _predict(model, ds, cfg.batch_size, device)
+        return recipe.metrics(probs, labels), len(labels)
+    net = getattr(model, "module", model)
+    net.eval()
+    try:
+        with torch.no_grad(), ddp.autocast(model):
+            return recipe.evaluate(net, ds, cfg, device)
+    finally:
+        net.train()
+
+
 def _evaluator(recipe: Recipe, cfg: RecipeConfig, val: Any, best: dict[str, Any]) -> Any:
-    """Rank 0 scores ``val`` after each epoch and exports the best model so far."""
+    """Rank 0 scores ``val`` after each epoch and exports the best model so far. A sharded
+    model's forward is collective: then every rank scores the same split and takes part in
+    gathering the full weights of a new best model."""
     import torch.distributed as dist
 
+    from gpuspark.train import fsdp
+
     def evaluate(model: Any, epoch: int) -> dict[str, Any]:
-        if dist.get_rank() != 0:
+        sharded = fsdp.is_sharded(model)
+        rank0 = dist.get_rank() == 0
+        if not rank0 and not sharded:
             return {}
         t0 = time.perf_counter()
-        probs, labels = _predict(model, val, cfg.batch_size, model.gpuspark_info.device)
-        scores = recipe.metrics(probs, labels)
-        out: dict[str, Any] = {"val_samples": len(labels)}
+        scores, samples = _scores(recipe, cfg, model, val)
+        out: dict[str, Any] = {"val_samples": samples}
         out.update({f"val_{k}": v for k, v in scores.items()})
         out["val_s"] = round(time.perf_counter() - t0, 3)
         score = recipe.score(scores)
-        if score >= best.get("score", -1.0):
+        better = _agree(score >= best.get("score", -1.0), sharded)
+        if better:
             best.update(score=score, epoch=epoch, **out)
             _export_best(model, recipe, cfg, epoch, out)
-        return out
+        return out if rank0 else {}
 
     return evaluate
+
+
+def _agree(flag: bool, sharded: bool) -> bool:
+    """Rank 0's ``flag`` on every rank (sharded models; else this rank's own)."""
+    if not sharded:
+        return flag
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([1 if flag else 0])
+    dist.broadcast(t, 0)
+    return bool(t.item())
+
+
+def _model_state(model: Any) -> dict[str, Any]:
+    """The full (unsharded) weights on CPU; collective for a sharded model."""
+    from gpuspark.train import fsdp
+
+    if not fsdp.is_sharded(model):
+        return dict(getattr(model, "module", model).state_dict())
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return dict(get_model_state_dict(model, options=options))
+
+
+def _load_model_state(model: Any, state: dict[str, Any]) -> None:
+    from gpuspark.train import fsdp
+
+    if not fsdp.is_sharded(model):
+        getattr(model, "module", model).load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
 
 
 def _export_best(
     model: Any, recipe: Recipe, cfg: RecipeConfig, epoch: int, scores: dict[str, Any]
 ) -> None:
     import torch
+    import torch.distributed as dist
 
     if not cfg.out_dir:
+        return
+    state = _model_state(model)
+    if dist.get_rank() != 0:
         return
     final = Path(cfg.out_dir) / "best.pt"
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -207,27 +273,27 @@ def _export_best(
         "epoch": epoch,
         "scores": scores,
         "config": asdict(cfg),
-        "model": getattr(model, "module", model).state_dict(),
+        "model": state,
     }
     torch.save(payload, tmp)
     tmp.replace(final)
 
 
 def _test(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, model: Any) -> dict[str, Any]:
-    """Scores of the best exported model (else the final one) on ``cfg.test_split``."""
+    """Scores of the best exported model (else the final one) on ``cfg.test_split``
+    (rank 0; every rank for a sharded model)."""
     import torch
 
     best = Path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
-    net = getattr(model, "module", model)
     epoch = None
     if best is not None and best.exists():
         payload = torch.load(best, map_location="cpu", weights_only=False)
-        net.load_state_dict(payload["model"])
+        _load_model_state(model, payload["model"])
         epoch = payload["epoch"]
     ds = _eval_dataset(recipe, cfg, decode, str(cfg.test_split))
-    probs, labels = _predict(model, ds, cfg.batch_size, model.gpuspark_info.device)
-    out: dict[str, Any] = {"split": cfg.test_split, "samples": len(labels), "epoch": epoch}
-    out.update(recipe.metrics(probs, labels))
+    scores, samples = _scores(recipe, cfg, model, ds)
+    out: dict[str, Any] = {"split": cfg.test_split, "samples": samples, "epoch": epoch}
+    out.update(scores)
     return out
 
 
@@ -244,7 +310,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     import torch.distributed as dist
 
     from gpuspark.data import format as fmt
-    from gpuspark.train import ddp
+    from gpuspark.train import ddp, fsdp
     from gpuspark.train.loop import FitConfig, fit
 
     recipe = get_recipe(name)
@@ -258,13 +324,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     val_ds = _eval_dataset(recipe, cfg, decode, cfg.val_split) if cfg.val_split else None
     classes = recipe.num_classes(cfg, train_ds.manifest)
     net = recipe.build_model(cfg, classes)
-    model = ddp.prepare(
-        net,
-        compression=cfg.compression,
-        powersgd_rank=cfg.powersgd_rank,
-        powersgd_start_iter=cfg.powersgd_start_iter,
-        amp=cfg.amp,
-    )
+    model = _prepare(net, cfg)
     torch.manual_seed(cfg.seed * 1000 + dist.get_rank())  # per-rank augmentation stream
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
@@ -292,7 +352,8 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     )
     meter = ddp.comm_meter(model)
     rank0 = dist.get_rank() == 0
-    test = _test(recipe, cfg, decode, model) if cfg.test_split and rank0 else None
+    testing = cfg.test_split and (rank0 or fsdp.is_sharded(model))
+    test = _test(recipe, cfg, decode, model) if testing else None
     summary = TrainSummary(
         recipe=recipe.name,
         world_size=dist.get_world_size(),
@@ -314,6 +375,22 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         text = json.dumps(summary.as_dict(), indent=2, default=str)
         storage.atomic_write_text(Path(cfg.out_dir) / "history.json", text)
     return summary
+
+
+def _prepare(net: Any, cfg: RecipeConfig) -> Any:
+    """``net`` wrapped for ``cfg.strategy``: DDP with its compression hook, or FSDP2/HSDP
+    (each block sharded; compression refused, see :func:`gpuspark.train.prepare`)."""
+    from gpuspark.train import ddp
+
+    if cfg.strategy != "ddp":
+        return ddp.prepare(net, strategy=cfg.strategy, compression=cfg.compression, amp=cfg.amp)
+    return ddp.prepare(
+        net,
+        compression=cfg.compression,
+        powersgd_rank=cfg.powersgd_rank,
+        powersgd_start_iter=cfg.powersgd_start_iter,
+        amp=cfg.amp,
+    )
 
 
 # -- launching -------------------------------------------------------------------------------
