@@ -106,6 +106,7 @@ def test_calibrate_then_plan_with_it(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "busbw (GB/s)" in out and "decode jpeg" in out
     data = json.loads(cal.read_text())
     assert data["allreduce"]["world"] == 2 and data["compute"]["recipe"] == "resnet3d"
+    assert data["compute"]["straggler_s"] >= 0  # the end-of-backward wait, a median
     args = ["plan", "--model", "resnet3d", "--gpus", "2", "--global-batch", "8",
             "--calibration", str(cal), "--json"]  # fmt: skip
     assert main(args) == 0
