@@ -103,9 +103,10 @@ def test_calibrate_then_plan_with_it(tmp_path: Path, capsys: pytest.CaptureFixtu
             "--out", str(cal)]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "busbw (GB/s)" in out and "decode jpeg" in out
+    assert "busbw (GB/s)" in out and "decode jpeg" in out and "end-of-backward wait" in out
     data = json.loads(cal.read_text())
     assert data["allreduce"]["world"] == 2 and data["compute"]["recipe"] == "resnet3d"
+    assert data["compute"]["straggler_s"] >= 0  # the end-of-backward wait, a median
     args = ["plan", "--model", "resnet3d", "--gpus", "2", "--global-batch", "8",
             "--calibration", str(cal), "--json"]  # fmt: skip
     assert main(args) == 0

@@ -61,8 +61,10 @@ def scaling_gap(row: dict[str, Any]) -> tuple[float, float, float]:
 
 
 def busbw_gap(row: dict[str, Any]) -> tuple[float, float]:
-    """(predicted GB/s, gap %) of the planner's NVLink bus bandwidth."""
-    bw = bus_bandwidths(_spec(row["gpu"], row["nvlink_gbytes_per_s"]))["nvlink"] / 1e9
+    """(predicted GB/s, gap %) of the planner's bus bandwidth inside a node (``nvlink``) or
+    across nodes (``network``, the spec's ``gbps`` being all the node's links together)."""
+    spec = _spec(row["gpu"], row["nvlink_gbytes_per_s"], row.get("network_gbps", 100))
+    bw = bus_bandwidths(spec)[row.get("link", "nvlink")] / 1e9
     return bw, _gap(bw, row["gbytes_per_s"])
 
 
@@ -92,4 +94,4 @@ def test_every_figure_names_its_source() -> None:
     for kind in ("throughput", "scaling", "busbw"):
         for row in DATA[kind]:
             assert row["source"].startswith("https://"), row["id"]
-    assert all("no public source" in r["note"] for r in DATA["unsourced"])
+    assert all("no public source" in r["note"] for r in DATA.get("unsourced", []))

@@ -250,7 +250,8 @@ def calibrate_cmd(
         c = cal.compute
         echo(f"compute: {c.recipe} {c.sample_s * 1e3:.2f} ms/sample fwd+bwd "
              f"({c.flops_per_s / 1e9:.1f} GFLOP/s per rank), optimizer {c.optimizer_s * 1e3:.1f} "
-             f"ms, hooks {({k: round(v * 1e3, 2) for k, v in c.hook_s.items()})} ms")  # fmt: skip
+             f"ms, hooks {({k: round(v * 1e3, 2) for k, v in c.hook_s.items()})} ms, "
+             f"end-of-backward wait {c.straggler_s * 1e3:.1f} ms")  # fmt: skip
     for fmt, rate in cal.decode.items():
         echo(f"decode {fmt}: {rate:,.0f} samples/s per core")
     echo(f"calibration: {path}")

@@ -4,7 +4,8 @@
   (size, time, algbw, busbw = algbw x 2(n-1)/n);
 - compute probe: the recipe's forward + backward per sample and its optimizer step, measured
   on every rank while all ranks run it at once with the training's torch threads, so the ranks
-  compete for cores and memory bandwidth as they do in training;
+  compete for cores and memory bandwidth as they do in training; and the extra wait of an
+  all-reduce issued as each rank's backward ends (uneven ranks, rescheduling on busy CPUs);
 - decode probe: samples/s one core decodes with the recipes' decoders (JPEG images, uint8 CT
   volumes), in this process.
 """
@@ -149,7 +150,8 @@ def compute_probe(opts: CalibrateOptions, compression: str = "none") -> dict[str
     """On every rank (collective; all ranks run it at once, with ``opts.threads`` threads):
     the recipe's network in DDP on a one-rank group (DDP's bucket work and the compression
     hook included, no network), timed per step: forward, backward, hook after the last
-    bucket, optimizer (AdamW). Returns medians as :class:`ComputeProbe` fields."""
+    bucket, optimizer (AdamW); and the wait at the end of backward (:func:`_tail_s`).
+    Returns medians as :class:`ComputeProbe` fields."""
     import torch
     import torch.distributed as dist
 
@@ -160,11 +162,12 @@ def compute_probe(opts: CalibrateOptions, compression: str = "none") -> dict[str
     shape = tuple(opts.input_shape or _default_input(opts.recipe))
     torch.manual_seed(0)
     net = build_model(opts.recipe, RecipeConfig(data="-", **opts.options), 2)
+    tail = torch.zeros(max(1, _tail_bytes(net, compression, opts.powersgd_rank) // 4))
     model, timer = _solo_ddp(net, compression, opts.powersgd_rank)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn((opts.batch, *shape))
     y = torch.randint(0, 2, (opts.batch,))
-    fwd, bwd, hook, step = [], [], [], []
+    fwd, bwd, hook, step, wait = [], [], [], [], []
     for i in range(opts.steps + 3):
         dist.barrier()
         timer.launch = timer.done = 0.0
@@ -173,19 +176,22 @@ def compute_probe(opts: CalibrateOptions, compression: str = "none") -> dict[str
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
+        extra = _tail_s(tail)
+        t3 = time.perf_counter()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        t3 = time.perf_counter()
+        t4 = time.perf_counter()
         if i >= 3:  # bucket rebuild and PowerSGD's plain start steps
             exposed = max(0.0, timer.done - timer.launch) if timer.launch else 0.0
             fwd.append(t1 - t0)
             bwd.append(t2 - t1 - exposed)
             hook.append(exposed)
-            step.append(t3 - t2)
+            step.append(t4 - t3)
+            wait.append(extra)
     f, b = statistics.median(fwd), statistics.median(bwd)
     return {
         "compression": compression,
-        "straggler_s": _straggler_s([a + c for a, c in zip(fwd, bwd, strict=True)]),
+        "straggler_s": max(0.0, statistics.median(wait)),
         "sample_s": (f + b) / opts.batch,
         "backward_share": b / (f + b),
         "hook_s": statistics.median(hook),
@@ -193,15 +199,37 @@ def compute_probe(opts: CalibrateOptions, compression: str = "none") -> dict[str
     }
 
 
-def _straggler_s(own: list[float]) -> float:
-    """Mean seconds per step that this rank waits for the slowest rank (collective): each
-    step ends when every rank is done, so a rank faster than the slowest waits the gap."""
+def _tail_bytes(net: Any, compression: str, rank: int) -> int:
+    """Bytes DDP all-reduces after backward ends: the last bucket (25 MB cap) after
+    compression; PowerSGD on gloo (one bucket): a third of what it sends (P, Q, vectors)."""
+    import math
+
+    from gpuspark.plan import formulas as f
+
+    shapes = [tuple(p.shape) for p in net.parameters()]
+    raw = f.compressed_bytes(shapes, "none")
+    sent = f.compressed_bytes(shapes, compression, rank)
+    if compression == "powersgd":
+        return sent // 3
+    grads = [math.prod(s) * 4 for s in reversed(shapes)]
+    return int(f.bucket_sizes(grads, 25 * 2**20)[-1] * sent / raw)
+
+
+def _tail_s(buf: Any) -> float:
+    """Collective. Seconds the end-of-backward all-reduce of ``buf`` costs this rank beyond
+    the same all-reduce started together: issued as each rank's backward ends (as DDP's last
+    bucket is), it includes waiting for the slowest rank and, on a busy CPU, the time a rank
+    blocked in the all-reduce takes to be scheduled again; the second, after a barrier (as in
+    the sweep), is the transfer alone."""
     import torch.distributed as dist
 
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, own)
-    gaps = [max(r[i] for r in everyone) - own[i] for i in range(len(own))]
-    return statistics.fmean(gaps) if gaps else 0.0
+    t0 = time.perf_counter()
+    dist.all_reduce(buf)
+    tail = time.perf_counter() - t0
+    dist.barrier()
+    t0 = time.perf_counter()
+    dist.all_reduce(buf)
+    return tail - (time.perf_counter() - t0)
 
 
 def _default_input(recipe: str) -> tuple[int, ...]:

@@ -96,7 +96,10 @@ class ComputeProbe:
     shapes: tuple[tuple[int, ...], ...]
     device: str = "cpu"
     straggler_s: float = 0.0
-    """Mean seconds per step a rank waits for the slowest of ``ranks`` (uneven speed)."""
+    """Median seconds per step that the all-reduce issued when backward ends costs beyond the
+    sweep's time for the same bytes: waiting for the slowest of ``ranks``, and on busy CPUs
+    the wake-up of a rank blocked in it (the compute probe's end-of-backward all-reduce minus
+    the same all-reduce started together)."""
     hook_s: dict[str, float] = field(default_factory=dict)
     """Per compression: seconds the DDP communication hook runs after backward hands over the
     last bucket, on a one-rank group (no network: the compression's own work)."""

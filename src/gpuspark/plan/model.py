@@ -348,7 +348,8 @@ def _one(spec: ClusterSpec, req: PlanRequest, cal: Calibration | None) -> Plan:
     comm = _Comm(hw, nodes, gpus, cal)
     total, exposed, raw, sent, nb = _comm(req, comm, backend, compute_s, back, cal)
     if probe is not None and gpus > 1:
-        # A rank faster than the slowest waits in the last all-reduce: exposed communication.
+        # The end-of-backward all-reduce costs more than the sweep says: waiting for the
+        # slowest rank, and (busy CPUs) rescheduling a blocked rank. Calibrated only.
         exposed += probe.straggler_s
     opt_s = probe.optimizer_s if probe is not None else 0.0
     busy = compute_s + exposed + opt_s
