@@ -212,7 +212,11 @@ def _both(cfg: RecipeConfig) -> dict[str, Any]:
     return out
 
 
-def test_fsdp_matches_ddp_halves_parameters_and_loss_falls(tokens: str, tmp_path: Path) -> None:
+@pytest.mark.spark
+def test_fsdp_matches_ddp_halves_parameters_and_loss_falls(
+    tokens: str, tmp_path: Path, spark: Any
+) -> None:
+    """2 ranks on the embedded cluster (one barrier stage), DDP then FSDP from one seed."""
     import cloudpickle
     import torch
 
@@ -224,7 +228,7 @@ def test_fsdp_matches_ddp_halves_parameters_and_loss_falls(tokens: str, tmp_path
         data=tokens, epochs=3, batch_size=8, lr=5e-3, threads=1, dropout=0.0, seed=3,
         out=str(out), test_split="val",
     )  # fmt: skip
-    res = launch.run(_both, cfg, num_processes=2, local=True, timeout=240)
+    res = launch.run(_both, cfg, num_processes=2, spark=spark, timeout=240)
     ddp, fsdp = res["ddp"], res["fsdp"]
     for a, b in zip(ddp["history"], fsdp["history"], strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-3)

@@ -244,14 +244,24 @@ def _model_state(model: Any) -> dict[str, Any]:
 
 
 def _load_model_state(model: Any, state: dict[str, Any]) -> None:
+    """Load full (unsharded) weights; a sharded model takes each rank's slice of them (every
+    rank holds ``state``: no communication)."""
     from gpuspark.train import fsdp
 
     if not fsdp.is_sharded(model):
         getattr(model, "module", model).load_state_dict(state)
         return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.tensor import DTensor, distribute_tensor
 
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+    local: dict[str, Any] = {}
+    for key, value in model.state_dict().items():
+        full = state[key]
+        if isinstance(value, DTensor):
+            full = distribute_tensor(
+                full.to(value.dtype), value.device_mesh, value.placements, src_data_rank=None
+            )
+        local[key] = full
+    model.load_state_dict(local)
 
 
 def _export_best(
