@@ -282,18 +282,19 @@ class _WindowReader:
         return parts
 
     def window(self, plan: TablePlan, rank: int, k: int) -> _Window:
-        """Window ``k`` of ``rank``: its blocks' rows concatenated (a fresh copy: nothing
-        points into the mapped shards but the items of object arrays), or with ``views``
-        and no shuffle, the blocks' own rows (views)."""
+        """Window ``k`` of ``rank`` in its reading order: its blocks' rows gathered in the
+        shuffled order, or concatenated (a fresh copy either way: nothing points into the
+        mapped shards but the items of object arrays), or with ``views`` and no shuffle, the
+        blocks' own rows (views)."""
         begin, end = plan.window_range(k)
         blocks = [
             self.block(shard, record).slice(lo, hi)
             for shard, record, lo, hi in plan.pieces(rank, begin, end)
         ]
         perm = plan.window_perm(rank, k)
-        if perm is None and self.views:
-            return _Window(blocks, None)
-        return _Window([concat_parts(blocks)], perm)
+        if perm is None:
+            return _Window(blocks if self.views else [concat_parts(blocks)])
+        return _Window([_gather(blocks, perm)])
 
     def close(self) -> None:
         self._last = None
@@ -302,18 +303,12 @@ class _WindowReader:
 
 @dataclass
 class _Window:
-    """The rows of one shuffle window: consecutive ``parts`` in stored order, read in the
-    order ``perm`` (window row ``perm[i]`` is the ``i``-th row read) when shuffled."""
+    """The rows of one shuffle window, in reading order, as consecutive ``parts``."""
 
     parts: list[BlockParts]
-    perm: np.ndarray | None
 
     def rows(self, lo: int, hi: int) -> list[BlockParts]:
-        """Rows ``lo:hi`` of the window's reading order: a fresh gather of the rows (one
-        batch at a time, while its rows are in cache) when shuffled, else views of the
-        parts spanned."""
-        if self.perm is not None:
-            return [self.parts[0].take(self.perm[lo:hi])]
+        """Rows ``lo:hi`` of the window: views of the parts spanned."""
         out: list[BlockParts] = []
         start = 0
         for part in self.parts:
@@ -324,3 +319,20 @@ class _Window:
             if start >= hi:
                 break
         return out
+
+
+def _gather(blocks: list[BlockParts], perm: np.ndarray) -> BlockParts:
+    """``concat_parts(blocks).take(perm)`` with the number matrices in one copy: each
+    block's rows are scattered straight to their places in the permuted output."""
+    where = np.empty_like(perm)
+    where[perm] = np.arange(len(perm))  # where[i]: output row of input row i
+    matrices: dict[str, np.ndarray] = {}
+    for dtype, first in blocks[0].matrices.items():
+        out = np.empty((len(perm), *first.shape[1:]), dtype=first.dtype)
+        start = 0
+        for block in blocks:
+            out[where[start : start + block.rows]] = block.matrices[dtype]
+            start += block.rows
+        matrices[dtype] = out
+    rest = concat_parts([BlockParts({}, b.masks, b.others, b.rows) for b in blocks]).take(perm)
+    return BlockParts(matrices, rest.masks, rest.others, len(perm))
