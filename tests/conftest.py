@@ -68,17 +68,23 @@ class SparkFactory:
     def _alive(self) -> bool:
         """False when a test stopped the shared session (``getOrCreate`` hands out the active
         session, and a test that stops what it got stops this one)."""
+        from py4j.protocol import Py4JError
         from pyspark.sql import SparkSession
 
-        active = SparkSession.getActiveSession()
+        try:
+            active = SparkSession.getActiveSession()
+        except Py4JError:  # a test interrupted mid-call (its timeout) left the gateway unusable
+            return False
         return active is not None and active.sparkContext is self._spark.sparkContext
 
     def stop(self) -> None:
         """Stop the current session, if any."""
         if self._spark is not None:
-            self._spark.stop()
-            self._spark = None
-            self._conf = None
+            spark, self._spark, self._conf = self._spark, None, None
+            try:
+                spark.stop()
+            except Exception as exc:  # a broken session is replaced, not fatal
+                print(f"conftest: stopping the previous session failed: {exc}", file=sys.stderr)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 import textwrap
@@ -19,6 +20,9 @@ from gpuspark.launch import restart_count, run
 # Executors cannot import this test module: ship its functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+# A rank that never joins fails its peers in 2 minutes, not gloo's default 30.
+INIT_TIMEOUT = datetime.timedelta(seconds=120)
+
 
 # ---------------------------------------------------------------------------- rank functions
 
@@ -28,7 +32,7 @@ def all_reduce_env(value: float) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=INIT_TIMEOUT)
     rank = dist.get_rank()
     t = torch.tensor([value * (rank + 1)])
     dist.all_reduce(t)
@@ -48,7 +52,7 @@ def fail_on(bad_rank: int, pid_dir: str) -> int:
     import torch.distributed as dist
 
     Path(pid_dir, str(os.getpid())).touch()
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=INIT_TIMEOUT)
     if dist.get_rank() == bad_rank:
         raise ValueError(f"boom on rank {bad_rank}")
     dist.barrier()
@@ -65,7 +69,7 @@ def train_with_progress(progress_dir: str, steps: int, kill_rank: int) -> list[A
 
     from gpuspark.train import restart_count
 
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=INIT_TIMEOUT)
     rank = dist.get_rank()
     path = Path(progress_dir, f"rank{rank}.txt")
     done = int(path.read_text()) if path.exists() else 0
@@ -152,7 +156,25 @@ def test_restart_count_counts_restarts_and_attempts(monkeypatch: pytest.MonkeyPa
     assert restart_count() == 4
 
 
+def parent_threads() -> dict[str, Any]:
+    """Names of the threads of this rank's parent (the process it was forked from)."""
+    task = Path(f"/proc/{os.getppid()}/task")
+    names = sorted((t / "comm").read_text().strip() for t in task.iterdir())
+    return {"names": names, "ppid": os.getppid(), "agent": os.environ.get("GPUSPARK_AGENT_PID")}
+
+
 # ---------------------------------------------------------------------------- local mode
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1])
+def test_ranks_are_forked_from_a_single_threaded_parent(max_restarts: int) -> None:
+    """A child forked from a multi-threaded process can inherit a lock nobody releases: the
+    TCP store's server thread (``pt_tcpstore_uv``) once hung rank 0 for gloo's 30 minutes.
+    Static launches fork ranks from an agent without that thread; c10d launches (restartable)
+    fork them from a fork server."""
+    out = run(parent_threads, num_processes=2, local=True, max_restarts=max_restarts)
+    assert out["names"] == ["python"], out
+    assert (out["ppid"] == int(out["agent"])) == (max_restarts == 0)
 
 
 def test_local_all_reduce_returns_rank0_value_and_streams_logs(capfd: Any) -> None:

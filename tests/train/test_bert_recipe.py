@@ -133,6 +133,19 @@ def test_dataset_masks_do_not_depend_on_batching_and_resume_exactly(tokens: str)
     assert not (batches(ds, 4)[1][:n] == y4[:n]).all()
 
 
+def test_evaluation_masks_stay_those_of_epoch_0(tokens: str) -> None:
+    """A validation split read once per training epoch rolls its dataset's epoch over; its
+    masks must not change with it, or the epochs' scores are not comparable."""
+    cfg = RecipeConfig(data=tokens)
+    val = recipes.bert_dataset(cfg, "val", False)
+    reads = [[y.numpy() for _x, y in val.loader(4)] for _ in range(3)]
+    assert val.epoch == 2  # the dataset did roll over
+    for other in reads[1:]:
+        assert all((a == b).all() for a, b in zip(reads[0], other, strict=True))
+    fresh = recipes.bert_dataset(cfg, "val", False)
+    assert all((a == y.numpy()).all() for a, (_x, y) in zip(reads[0], fresh.loader(4), strict=True))
+
+
 def _manifest(path: str) -> Any:
     from gpuspark.data import format as fmt
 

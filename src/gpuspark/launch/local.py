@@ -46,7 +46,7 @@ def run_local(
         local_addr="127.0.0.1",
         rdzv_backend=req.rdzv_backend,
         max_restarts=req.max_restarts,
-        start_method=start_method(backend),
+        start_method=start_method(backend, req.rdzv_backend),
         payload=req.payload,
         script=req.script,
         env=env,

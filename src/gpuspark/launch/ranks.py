@@ -78,11 +78,15 @@ def rank_map(tasks: Sequence[dict[str, Any]], per_task: int, gpus_per_process: i
     return ", ".join(parts)
 
 
-def start_method(backend: str) -> str:
-    """How the elastic agent starts its ranks: ``fork`` or ``spawn``."""
-    # fork reuses the agent's imports (torch) and starts ranks in milliseconds; NCCL ranks are
-    # spawned like torchrun does, so CUDA never meets a forked process.
-    return "spawn" if backend == "nccl" or sys.platform != "linux" else "fork"
+def start_method(backend: str, rdzv_backend: str = "static") -> str:
+    """How the elastic agent starts its ranks: ``fork``, ``forkserver`` or ``spawn``."""
+    # NCCL ranks are spawned like torchrun does, so CUDA never meets a forked process. gloo
+    # ranks of a static rendezvous are forked from the agent (it has imported torch: ranks
+    # start in milliseconds), which is single-threaded there (launch._internal.rendezvous).
+    # A c10d agent runs rendezvous threads: its ranks come from a fork server instead.
+    if backend == "nccl" or sys.platform != "linux":
+        return "spawn"
+    return "fork" if rdzv_backend == "static" else "forkserver"
 
 
 def restart_count() -> int:

@@ -83,7 +83,7 @@ def _barrier_partition(
             local_addr=host,
             rdzv_backend=req.rdzv_backend,
             max_restarts=req.max_restarts,
-            start_method=start_method(backend),
+            start_method=start_method(backend, req.rdzv_backend),
             payload=req.payload,
             script=req.script,
             env=env,

@@ -90,8 +90,12 @@ def _launch_config(spec: TaskSpec, log_dir: str) -> Any:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
+    from gpuspark.launch._internal import rendezvous
+
     endpoint = f"{spec.master_addr}:{spec.master_port}"
-    if spec.rdzv_backend == "static":
+    backend = spec.rdzv_backend
+    if backend == "static":
+        backend = rendezvous.BACKEND  # the store lives in task 0's process, not in an agent
         configs: dict[str, Any] = {"rank": spec.task_index, "timeout": 300}
     else:
         configs = {"is_host": spec.task_index == 0, "join_timeout": 300}
@@ -100,7 +104,7 @@ def _launch_config(spec: TaskSpec, log_dir: str) -> Any:
         max_nodes=spec.num_tasks,
         nproc_per_node=spec.nproc,
         run_id=spec.run_id,
-        rdzv_backend=spec.rdzv_backend,
+        rdzv_backend=backend,
         rdzv_endpoint=endpoint,
         rdzv_configs=configs,
         max_restarts=spec.max_restarts,
@@ -154,6 +158,13 @@ def _agent_main(spec: TaskSpec, log_dir: str) -> dict[str, Any]:
         # the agent's store, a restarted round read its peers' addresses from the last round.
         os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     _plain_agent_logging()
+    from gpuspark.launch._internal import rendezvous
+
+    rendezvous.register()
+    if spec.start_method == "forkserver" and spec.payload is not None:
+        from gpuspark.launch._internal import forkserver
+
+        forkserver.start()  # before the rendezvous starts its threads in this agent
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
@@ -388,6 +399,15 @@ def _collect(spec: TaskSpec, log_dir: str, status: int, why: str | None, tails: 
     return result
 
 
+def _host_store(spec: TaskSpec) -> Any:
+    """Task 0 of a static rendezvous hosts the job's TCP store (see ``rendezvous``)."""
+    if spec.rdzv_backend != "static" or spec.task_index != 0:
+        return None
+    from gpuspark.launch._internal.rendezvous import host_store
+
+    return host_store(spec.master_port)
+
+
 def run_task(spec: TaskSpec, sink: Sink, timeout: float | None = None) -> dict[str, Any]:
     """Run one node of the job: agent + ranks; stream logs; return the task's report.
 
@@ -404,12 +424,14 @@ def run_task(spec: TaskSpec, sink: Sink, timeout: float | None = None) -> dict[s
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child, which ends with os._exit
         _agent_process(spec, log_dir, parent)
+    store = _host_store(spec)  # after the fork: the agent never sees the store's thread
     tailer = _Tailer(log_dir, sink, spec.local_addr)
     tailer.start()
     status, why = -1, None
     try:
         status, why = _wait_agent(pid, sink, deadline)
     finally:
+        del store
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)  # stragglers the ranks left in the group
         with contextlib.suppress(ChildProcessError):

@@ -65,11 +65,22 @@ def _redirect_output(log_dir: str) -> None:
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _setup(log_dir: str) -> None:
     set_parent_death_signal(signal.SIGKILL)
     agent = os.environ.get("GPUSPARK_AGENT_PID")
-    if agent and os.getppid() != int(agent):  # the agent died before we could follow it
-        os._exit(1)
+    if agent and os.getppid() != int(agent) and not _alive(int(agent)):
+        os._exit(1)  # the agent died before we could follow it (a forked rank's parent is the
+        # agent; a rank from the agent's fork server follows the server, which ends with it)
     _redirect_output(log_dir)
     # Where gpuspark.monitor.serve() drops the endpoint it bound; the task forwards it.
     os.environ["GPUSPARK_RANK_DIR"] = log_dir

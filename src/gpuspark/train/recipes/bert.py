@@ -133,15 +133,20 @@ def _masked_dataset_class() -> type:
 
     class MaskedTextDataset(ShardDataset):
         """A :class:`~gpuspark.data.load.ShardDataset` yielding ``(inputs, labels)`` with
-        this epoch's masks (the epoch is the dataset's, as the loader sets it)."""
+        this epoch's masks (the epoch is the dataset's, as the loader sets it), or always
+        ``mask_epoch``'s masks when that is set (evaluation: a dataset read again each epoch
+        rolls its own epoch over, and its scores must stay comparable)."""
 
-        def __init__(self, path: str, spec: TextSpec, prob: float, **kw: Any) -> None:
-            self.spec, self.prob = spec, prob
+        def __init__(
+            self, path: str, spec: TextSpec, prob: float, mask_epoch: int | None = None, **kw: Any
+        ) -> None:
+            self.spec, self.prob, self.mask_epoch = spec, prob, mask_epoch
             super().__init__(path, decode="raw", **kw)
 
         def prepare(self, sample: dict[str, Any]) -> Any:
             piece = int(np.asarray(sample["piece"]).reshape(-1)[0])
-            rng = sequence_rng(self.seed, self.epoch, sample["doc"], piece)
+            epoch = self.epoch if self.mask_epoch is None else self.mask_epoch
+            rng = sequence_rng(self.seed, epoch, sample["doc"], piece)
             return mask_tokens(sample["input_ids"], rng, self.spec, self.prob)
 
     return MaskedTextDataset
@@ -161,6 +166,7 @@ def bert_dataset(cfg: RecipeConfig, split: str | None, training: bool) -> Any:
         cfg.data,
         spec,
         cfg.mask_prob,
+        mask_epoch=0,
         split=split,
         seed=cfg.seed,
         shuffle=False,

@@ -1,0 +1,61 @@
+"""The fork server that starts the ranks of a c10d (restartable) launch: a clean parent.
+
+A process forked from a multi-threaded parent can inherit a lock that no thread of the child
+will ever release. An elastic agent with the c10d rendezvous runs threads (its keep-alive, and
+on the host node the TCP store's server), so its ranks must not be forked from it. A fork
+server is started by the agent before any of those threads exist, imports torch once, and
+forks every rank (and every restarted rank) from that one clean state. (Static launches need
+none: their agents stay single-threaded, see ``launch._internal.rendezvous``.)
+
+Importing this module *in the fork server* restores the agent's ``sys.path`` (Python 3.11's
+fork server does not pass it on: a function shipped from a module that Spark put on the path
+would not unpickle) and preloads what every rank imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+__all__ = ["PATH_ENV", "start"]
+
+PATH_ENV = "GPUSPARK_FORKSERVER_SYS_PATH"
+"""Set only while the agent starts its fork server: the agent's ``sys.path``."""
+
+_PRELOAD = ["gpuspark.launch._internal.forkserver"]
+
+
+def start() -> None:
+    """Start this process's fork server now (it imports torch while the rendezvous runs)."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+    os.environ[PATH_ENV] = os.pathsep.join(sys.path)
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.environ.pop(PATH_ENV, None)
+
+
+def _restore_path() -> None:
+    saved = os.environ.pop(PATH_ENV, None)
+    if saved is None:
+        return
+    for entry in reversed(saved.split(os.pathsep)):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+
+
+def _preload() -> None:
+    with contextlib.suppress(ImportError):
+        import torch.distributed
+        import torch.distributed.elastic.multiprocessing  # noqa: F401
+
+        import gpuspark.launch._internal.worker  # noqa: F401
+
+
+if PATH_ENV in os.environ:  # imported by the fork server at its start (and only there)
+    _restore_path()
+    _preload()
