@@ -47,6 +47,16 @@ def up(
         typer.Option(help="GPUs per worker [default: real GPUs split evenly, else 2 simulated]."),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for registration.")] = 120.0,
+    hosts: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=253,
+            help="Distinct worker hosts: worker i binds to 127.0.0.(2 + i mod N), so Spark "
+            "sees N machines (locality, speculation, ranks on several hosts) "
+            "[default: every worker on 127.0.0.1].",
+        ),
+    ] = None,
     secure: Annotated[
         bool,
         typer.Option(
@@ -80,6 +90,7 @@ def up(
         state_dir=state_dir,
         timeout=timeout,
         secure=secure,
+        hosts=hosts,
     )
     cluster.start()
     status = cluster.status().as_dict()
@@ -141,11 +152,13 @@ def _show(info: dict[str, Any], json_out: bool, note: str | None = None) -> None
     kind = "simulated (no NVIDIA GPU found)" if info["gpus_simulated"] else "real"
     echo(f"master {info['master_url']}  web UI {info['web_ui']}  GPUs: {kind}")
     rows = [
-        (w["index"], w["pid"], w["state"], w["cores"], w["memory"], _gpus(w))
+        (w["index"], w["host"], w["pid"], w["state"], w["cores"], w["memory"], _gpus(w))
         for w in info["workers"]
     ]
-    title = f"{info['alive_workers']} of {len(info['workers'])} workers alive"
-    print_table(title, ["worker", "pid", "state", "cores", "memory", "gpu addresses"], rows)
+    hosts = len(info.get("hosts") or [])
+    title = f"{info['alive_workers']} of {len(info['workers'])} workers alive on {hosts} host(s)"
+    columns = ["worker", "host", "pid", "state", "cores", "memory", "gpu addresses"]
+    print_table(title, columns, rows)
     _show_shape(info.get("shape") or {})
     if info.get("secure"):
         echo(

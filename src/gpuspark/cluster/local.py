@@ -96,10 +96,13 @@ class LocalCluster:
         host: str = "127.0.0.1",
         timeout: float = 120.0,
         secure: bool = False,
+        hosts: int | None = None,
     ) -> None:
         for name, value, least in (("workers", workers, 1), ("cores", cores, 1), ("gpus", gpus, 0)):
             if value is not None and value < least:
                 raise ClusterError(f"{name}={value} must be at least {least}")
+        self.hosts = _check_hosts(hosts, host)
+        """Distinct loopback addresses for the workers (``None``: all on ``host``)."""
         self.spec = spec
         """The spec whose shape the cluster rehearses (``None``: the built-in spec)."""
         self.overrides: dict[str, Any] = {
@@ -181,6 +184,7 @@ class LocalCluster:
         try:
             self.state = self._start_master(simulated)
             self.state.shape = shape.as_dict()
+            self.state.hosts = self.hosts or 0
             if secret is not None:
                 self.state.secure, self.state.secret_file = True, str(self._secret_path())
             self._write_state()
@@ -245,22 +249,29 @@ class LocalCluster:
         )
         return secret
 
-    def _env(self) -> dict[str, str]:
+    def worker_host(self, index: int) -> str:
+        """The address worker ``index`` binds to: its own ``127.0.0.<2 + i % hosts>`` with
+        ``hosts`` (Linux routes all of 127.0.0.0/8 to loopback), else the cluster's host."""
+        if self.hosts is None:
+            return self.host
+        return f"127.0.0.{2 + index % self.hosts}"
+
+    def _env(self, local_ip: str | None = None) -> dict[str, str]:
         env = dict(os.environ)
         home = spark_home()
         env.update(
             SPARK_HOME=str(home),
             SPARK_LOG_DIR=str(self.state_dir / "logs"),
             SPARK_CONF_DIR=str(self.state_dir / "conf"),
-            SPARK_LOCAL_IP=self.host,
+            SPARK_LOCAL_IP=local_ip or self.host,
             SPARK_DAEMON_MEMORY=env.get("SPARK_DAEMON_MEMORY", "512m"),
             PYSPARK_PYTHON=sys.executable,
         )
         return env
 
-    def _spawn(self, args: list[str], log: Path) -> int:
+    def _spawn(self, args: list[str], log: Path, local_ip: str | None = None) -> int:
         cmd = [str(spark_home() / "bin" / "spark-class"), *args]
-        return spawn_group(cmd, log, env=self._env(), cwd=self.state_dir)
+        return spawn_group(cmd, log, env=self._env(local_ip), cwd=self.state_dir)
 
     def _start_master(self, simulated: bool) -> ClusterState:
         port, webui = free_port(self.host), free_port(self.host)
@@ -280,7 +291,8 @@ class LocalCluster:
 
     def _start_worker(self, index: int, addresses: list[str]) -> WorkerState:
         assert self.state is not None
-        port, webui = free_port(self.host), free_port(self.host)
+        host = self.worker_host(index)
+        port, webui = free_port(host), free_port(host)
         work = self.state_dir / f"worker-{index}"
         work.mkdir(exist_ok=True)
         from gpuspark.cluster.conf import write_rendered
@@ -292,13 +304,13 @@ class LocalCluster:
         write_rendered({"worker.conf": text}, work, private=frozenset({"worker.conf"}))
         props = work / "worker.conf"
         log = self.state_dir / "logs" / f"worker-{index}.log"
-        args = [_WORKER_CLASS, self.state.master_url, "--host", self.host, "--port", str(port)]
+        args = [_WORKER_CLASS, self.state.master_url, "--host", host, "--port", str(port)]
         shape = EmbeddedShape.from_dict(self.state.shape)
         cores, memory = shape.cores_per_worker, shape.memory_per_worker
         args += ["--webui-port", str(webui), "--cores", str(cores)]
         args += ["--memory", memory, "--work-dir", str(work), "--properties-file", str(props)]
-        pid = self._spawn(args, log)
-        return WorkerState(index, pid, port, webui, cores, memory, addresses, str(log))
+        pid = self._spawn(args, log, local_ip=host)
+        return WorkerState(index, pid, port, webui, cores, memory, addresses, str(log), host)
 
     def _wait_registered(self) -> None:
         assert self.state is not None
@@ -368,9 +380,11 @@ class LocalCluster:
     def _worker_status(
         self, w: WorkerState, registered: dict[tuple[Any, int], dict[str, Any]]
     ) -> WorkerStatus:
-        reg = registered.get((self.state.host if self.state else None, w.port), {})
+        host = w.host or (self.state.host if self.state else "")
+        reg = registered.get((host, w.port), {})
         alive = pid_alive(w.pid)
         return WorkerStatus(
+            host=host,
             index=w.index,
             pid=w.pid,
             alive=alive,
@@ -435,6 +449,24 @@ class LocalCluster:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(asdict(self.state), indent=2))
         os.replace(tmp, path)
+
+
+def _check_hosts(hosts: int | None, host: str) -> int | None:
+    """``hosts`` distinct worker addresses need the cluster on 127.0.0.1 and 1 to 253 of them."""
+    if hosts is None:
+        return None
+    if not 1 <= hosts <= 253:
+        raise ClusterError(
+            f"hosts={hosts}: the workers' loopback addresses are 127.0.0.2 to 127.0.0.254",
+            remedy="pick 1 to 253 hosts",
+        )
+    if host != "127.0.0.1":
+        raise ClusterError(
+            f"hosts={hosts} gives each worker its own loopback address, but the cluster's host "
+            f"is {host}",
+            remedy="leave host at 127.0.0.1 with hosts, or drop hosts",
+        )
+    return hosts
 
 
 def _assign_gpus(shape: EmbeddedShape, real: list[str]) -> tuple[list[list[str]], bool]:

@@ -20,6 +20,8 @@ class WorkerState:
     memory: str
     gpus: list[str]
     log: str
+    host: str = ""
+    """The address the worker (and its executors) bind to ("": the cluster's host)."""
 
 
 @dataclass
@@ -41,6 +43,8 @@ class ClusterState:
     """Started with ``--secure``: Spark authentication and RPC encryption are on."""
     secret_file: str = ""
     """The shared secret's file (mode 600) when ``secure``."""
+    hosts: int = 0
+    """Distinct worker addresses (``--hosts``); 0: every worker on ``host``."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterState:
@@ -63,6 +67,8 @@ class WorkerStatus:
     gpus: list[str]
     gpus_simulated: bool
     log: str
+    host: str = ""
+    """The address the worker and its executors bind to: Spark's host name for them."""
 
 
 @dataclass
@@ -90,6 +96,11 @@ class ClusterStatus:
         return sum(w.state == "ALIVE" for w in self.workers)
 
     @property
+    def hosts(self) -> list[str]:
+        """The distinct worker hosts, in worker order."""
+        return list(dict.fromkeys(w.host for w in self.workers))
+
+    @property
     def gpu_addresses(self) -> list[str]:
         """Every worker's GPU addresses."""
         return [a for w in self.workers for a in w.gpus]
@@ -99,4 +110,5 @@ class ClusterStatus:
         data = asdict(self)
         data["alive_workers"] = self.alive_workers
         data["gpu_addresses"] = self.gpu_addresses
+        data["hosts"] = self.hosts
         return data

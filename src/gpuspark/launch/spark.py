@@ -57,7 +57,7 @@ def _barrier_partition(
         gpus = sorted(res.addresses, key=lambda a: (len(a), a)) if res is not None else []
         import torch.distributed.launcher.api  # noqa: F401  (the forked agent inherits it)
 
-        host = str(ctx.getTaskInfos()[index].address.rsplit(":", 1)[0])
+        host = _task_host(ctx, index)
         me = {
             "host": host,
             "port": free_port() if index == 0 else 0,
@@ -93,6 +93,17 @@ def _barrier_partition(
     finally:
         sink.close()
     yield result
+
+
+def _task_host(ctx: Any, index: int) -> str:
+    """This task's host: the address its executor binds to when ``SPARK_LOCAL_IP`` says
+    (Spark records a client-mode executor at its connection's source address, which on one
+    machine is always 127.0.0.1), else what Spark's task infos say."""
+    import os
+
+    return os.environ.get("SPARK_LOCAL_IP") or str(
+        ctx.getTaskInfos()[index].address.rsplit(":", 1)[0]
+    )
 
 
 def _driver_host(sc: Any) -> str:
