@@ -70,11 +70,25 @@ def where() -> list[Any]:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-    mine = {"rank": dist.get_rank(), "master": os.environ["MASTER_ADDR"]}
+    mine = {"rank": dist.get_rank(), "master": os.environ["MASTER_ADDR"], "store": []}
+    if dist.get_rank() == 0:  # where the job's TCP store listens (task 0's host)
+        mine["store"] = _listening_on(int(os.environ["MASTER_PORT"]))
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     dist.destroy_process_group()
     return everyone
+
+
+def _listening_on(port: int) -> list[str]:
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            addr, hex_port = fields[1].rsplit(":", 1)
+            if fields[3] == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(addr)
+                found.append(".".join(str(b) for b in raw[::-1]) if len(raw) == 4 else "::")
+    return found
 
 
 def test_launch_places_ranks_on_two_hosts(
@@ -92,6 +106,7 @@ def test_launch_places_ranks_on_two_hosts(
     assert placed == HOSTS, line
     masters = {r["master"] for r in out}
     assert len(masters) == 1 and masters <= set(HOSTS)  # task 0's address, not 127.0.0.1
+    assert out[0]["store"] == list(masters)  # the store listens there only
 
 
 def slow_first_attempt(row: dict[str, Any]) -> dict[str, Any]:

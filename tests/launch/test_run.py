@@ -163,7 +163,25 @@ def parent_threads() -> dict[str, Any]:
     return {"names": names, "ppid": os.getppid(), "agent": os.environ.get("GPUSPARK_AGENT_PID")}
 
 
+def store_listeners() -> list[str]:
+    """The addresses something listens on at ``MASTER_PORT`` (the job's TCP store)."""
+    port = int(os.environ["MASTER_PORT"])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            addr, hex_port = fields[1].rsplit(":", 1)
+            if fields[3] == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(addr)
+                found.append(".".join(str(b) for b in raw[::-1]) if len(raw) == 4 else "::")
+    return found
+
+
 # ---------------------------------------------------------------------------- local mode
+
+
+def test_local_store_listens_on_loopback_only() -> None:
+    assert run(store_listeners, num_processes=2, local=True) == ["127.0.0.1"]
 
 
 @pytest.mark.parametrize("max_restarts", [0, 1])

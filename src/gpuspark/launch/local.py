@@ -24,7 +24,7 @@ def run_local(
     """
     import torch.distributed.launcher.api  # noqa: F401  (imported once here, not per fork)
 
-    from gpuspark.launch._internal.agent import TaskSpec, free_port, run_task
+    from gpuspark.launch._internal.agent import TaskSpec, run_task, store_port
     from gpuspark.launch._internal.logs import PrintSink
 
     want_gpus = req.gpus_per_process > 0
@@ -36,13 +36,14 @@ def run_local(
     sink = PrintSink(on_metrics=on_metrics)
     if attempt == 0:
         sink.write(f"[gpuspark] backend {backend} ({why}); {req.num_processes} local ranks")
+    port, store_fd = store_port("127.0.0.1", req.rdzv_backend)
     spec = TaskSpec(
         run_id=run_id,
         task_index=0,
         num_tasks=1,
         nproc=req.num_processes,
         master_addr="127.0.0.1",
-        master_port=free_port(),
+        master_port=port,
         local_addr="127.0.0.1",
         rdzv_backend=req.rdzv_backend,
         max_restarts=req.max_restarts,
@@ -51,6 +52,7 @@ def run_local(
         script=req.script,
         env=env,
         host="localhost",
+        store_fd=store_fd,
     )
     return [run_task(spec, sink, timeout=req.timeout)]
 

@@ -10,6 +10,7 @@ task.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -46,21 +47,23 @@ def _barrier_partition(
 
     from pyspark import BarrierTaskContext
 
-    from gpuspark.launch._internal.agent import TaskSpec, free_port, run_task
+    from gpuspark.launch._internal.agent import TaskSpec, run_task, store_port
     from gpuspark.launch._internal.logs import SocketSink
 
     ctx = BarrierTaskContext.get()
     index = ctx.partitionId()
     sink = SocketSink(server[0], server[1], server[2], index)
+    store_fd = -1
     try:
         res = ctx.resources().get("gpu")
         gpus = sorted(res.addresses, key=lambda a: (len(a), a)) if res is not None else []
         import torch.distributed.launcher.api  # noqa: F401  (the forked agent inherits it)
 
         host = _task_host(ctx, index)
+        port, store_fd = store_port(host, req.rdzv_backend) if index == 0 else (0, -1)
         me = {
             "host": host,
-            "port": free_port() if index == 0 else 0,
+            "port": port,
             "gpus": gpus,
             "cuda": bool(gpus) and cuda_available(),
         }
@@ -88,9 +91,13 @@ def _barrier_partition(
             script=req.script,
             env=env,
             host=host,
+            store_fd=store_fd,
         )
+        store_fd = -1  # run_task owns it now
         result = run_task(spec, sink)
     finally:
+        if store_fd >= 0:  # failed before run_task took it over
+            os.close(store_fd)
         sink.close()
     yield result
 

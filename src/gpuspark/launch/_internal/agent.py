@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from gpuspark.launch._internal.worker import set_parent_death_signal
 from gpuspark.monitor.rank_settings import endpoint_rank, read_endpoint
 
-__all__ = ["Sink", "TaskSpec", "free_port", "run_task"]
+__all__ = ["Sink", "TaskSpec", "free_port", "run_task", "store_port"]
 
 _TAIL_LINES = 30
 _POLL_S = 0.05
@@ -60,6 +60,9 @@ class TaskSpec:
     """Extra environment of every rank (``CUDA_VISIBLE_DEVICES``, ``GPUSPARK_*``, user env)."""
     host: str = ""
     """How the driver names this task's host in messages."""
+    store_fd: int = -1
+    """Task 0 of a static rendezvous: a listening socket's fd (from :func:`store_port`) that
+    the job's TCP store takes over; the task owns it until then."""
 
 
 class Sink(Protocol):
@@ -81,6 +84,28 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
+
+
+def store_port(host: str, rdzv_backend: str) -> tuple[int, int]:
+    """``(port, fd)`` for the job's rendezvous at task 0 on ``host``.
+
+    Static: a socket listening on ``host`` only (not every interface), held from now on, so no
+    other process can take the port before the store does; the store takes over ``fd``.
+    c10d: a free port for torch's own store (which listens on every interface) and ``-1``.
+    """
+    if rdzv_backend != "static":
+        return free_port(), -1
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        sock.listen(1024)
+        port = int(sock.getsockname()[1])
+    except BaseException:
+        sock.close()
+        raise
+    return port, sock.detach()
 
 
 # ---------------------------------------------------------------------------- agent process
@@ -188,6 +213,8 @@ def _agent_process(spec: TaskSpec, log_dir: str, parent: int) -> None:
     """Run in the forked child: own process group, follow the parent, write the result file."""
     code = 1
     try:
+        if spec.store_fd >= 0:  # the store's listening socket stays with the task's process
+            os.close(spec.store_fd)
         os.setpgid(0, 0)
         set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != parent:
@@ -400,12 +427,18 @@ def _collect(spec: TaskSpec, log_dir: str, status: int, why: str | None, tails: 
 
 
 def _host_store(spec: TaskSpec) -> Any:
-    """Task 0 of a static rendezvous hosts the job's TCP store (see ``rendezvous``)."""
-    if spec.rdzv_backend != "static" or spec.task_index != 0:
+    """Task 0 of a static rendezvous hosts the job's TCP store (see ``rendezvous``) on the
+    socket it holds; the store owns (and closes) that fd from here on."""
+    if spec.store_fd < 0:
         return None
     from gpuspark.launch._internal.rendezvous import host_store
 
-    return host_store(spec.master_port)
+    try:
+        return host_store(spec.master_addr, spec.master_port, spec.store_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(spec.store_fd)
+        raise
 
 
 def run_task(spec: TaskSpec, sink: Sink, timeout: float | None = None) -> dict[str, Any]:
@@ -421,14 +454,19 @@ def run_task(spec: TaskSpec, sink: Sink, timeout: float | None = None) -> dict[s
         with contextlib.suppress(Exception):
             stream.flush()
     parent = os.getpid()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except BaseException:
+        if spec.store_fd >= 0:
+            os.close(spec.store_fd)
+        raise
     if pid == 0:  # pragma: no cover - runs in the child, which ends with os._exit
         _agent_process(spec, log_dir, parent)
-    store = _host_store(spec)  # after the fork: the agent never sees the store's thread
     tailer = _Tailer(log_dir, sink, spec.local_addr)
     tailer.start()
-    status, why = -1, None
+    status, why, store = -1, None, None
     try:
+        store = _host_store(spec)  # after the fork: the agent never sees the store's thread
         status, why = _wait_agent(pid, sink, deadline)
     finally:
         del store

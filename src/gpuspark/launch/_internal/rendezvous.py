@@ -25,16 +25,20 @@ BACKEND = "gpuspark-static"
 _STORE_TIMEOUT_S = 300
 
 
-def host_store(port: int) -> Any:
-    """The job's TCP store server on ``port`` of this host (keep a reference while it runs)."""
+def host_store(host: str, port: int, listen_fd: int) -> Any:
+    """The job's TCP store server on the listening socket ``listen_fd``, bound to ``host``
+    (the task's own address, so the store does not listen on every interface); the store
+    takes the fd over and its own client connects to ``host``. Keep a reference while the job
+    runs."""
     from torch.distributed import TCPStore
 
     return TCPStore(
-        "127.0.0.1",
+        host,
         port,
         is_master=True,
         timeout=timedelta(seconds=_STORE_TIMEOUT_S),
         wait_for_workers=False,
+        master_listen_fd=listen_fd,
     )
 
 
