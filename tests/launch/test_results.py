@@ -37,3 +37,14 @@ def test_a_peers_lost_connection_is_never_the_root_cause() -> None:
     assert str(err).startswith("rank 2 failed on host a: ValueError: boom")
     only_peer = result_error([{"failures": [peer]}], 1)  # no other failure: still reported
     assert str(only_peer).startswith("rank 3 failed on host a: RuntimeError")
+
+
+def test_a_rank_the_agent_stopped_with_sigterm_is_not_the_root_cause() -> None:
+    # Seen in CI: rank 0, stopped by torch's agent after rank 1 exited, carried the agent's
+    # whole-second timestamp, earlier than rank 1's own error time.
+    stopped = {"rank": 0, "host": "h", "signal": "SIGTERM", "timestamp": 20}
+    root = {"rank": 1, "host": "h", "error": {"type": "SystemExit", "message": "no", "time": 20.6}}
+    err = result_error([{"failures": [stopped, root]}], 1)
+    assert str(err).startswith("rank 1 failed on host h: SystemExit: no")
+    alone = result_error([{"failures": [stopped]}], 1)  # nothing else failed: still reported
+    assert str(alone).startswith("rank 0 failed on host h: killed by SIGTERM")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark.cluster.processes import free_port, pid_alive, spawn_group, terminate_groups
-from gpuspark.cluster.shape import EmbeddedShape, embedded_shape
+from gpuspark.cluster.shape import EmbeddedShape, check_hosts, embedded_shape, worker_address
 from gpuspark.cluster.state import ClusterState, ClusterStatus, WorkerState, WorkerStatus
 from gpuspark.errors import ClusterError
 
@@ -101,7 +101,7 @@ class LocalCluster:
         for name, value, least in (("workers", workers, 1), ("cores", cores, 1), ("gpus", gpus, 0)):
             if value is not None and value < least:
                 raise ClusterError(f"{name}={value} must be at least {least}")
-        self.hosts = _check_hosts(hosts, host)
+        self.hosts = check_hosts(hosts, host)
         """Distinct loopback addresses for the workers (``None``: all on ``host``)."""
         self.spec = spec
         """The spec whose shape the cluster rehearses (``None``: the built-in spec)."""
@@ -250,11 +250,8 @@ class LocalCluster:
         return secret
 
     def worker_host(self, index: int) -> str:
-        """The address worker ``index`` binds to: its own ``127.0.0.<2 + i % hosts>`` with
-        ``hosts`` (Linux routes all of 127.0.0.0/8 to loopback), else the cluster's host."""
-        if self.hosts is None:
-            return self.host
-        return f"127.0.0.{2 + index % self.hosts}"
+        """The address worker ``index`` binds to (see :func:`shape.worker_address`)."""
+        return worker_address(index, self.hosts, self.host)
 
     def _env(self, local_ip: str | None = None) -> dict[str, str]:
         env = dict(os.environ)
@@ -449,24 +446,6 @@ class LocalCluster:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(asdict(self.state), indent=2))
         os.replace(tmp, path)
-
-
-def _check_hosts(hosts: int | None, host: str) -> int | None:
-    """``hosts`` distinct worker addresses need the cluster on 127.0.0.1 and 1 to 253 of them."""
-    if hosts is None:
-        return None
-    if not 1 <= hosts <= 253:
-        raise ClusterError(
-            f"hosts={hosts}: the workers' loopback addresses are 127.0.0.2 to 127.0.0.254",
-            remedy="pick 1 to 253 hosts",
-        )
-    if host != "127.0.0.1":
-        raise ClusterError(
-            f"hosts={hosts} gives each worker its own loopback address, but the cluster's host "
-            f"is {host}",
-            remedy="leave host at 127.0.0.1 with hosts, or drop hosts",
-        )
-    return hosts
 
 
 def _assign_gpus(shape: EmbeddedShape, real: list[str]) -> tuple[list[list[str]], bool]:

@@ -16,7 +16,14 @@ from typing import Any
 from gpuspark.errors import ClusterError
 from gpuspark.spec import ClusterSpec, gpu_slots_per_executor
 
-__all__ = ["EmbeddedShape", "embedded_shape", "fraction", "parse_memory_mb"]
+__all__ = [
+    "EmbeddedShape",
+    "check_hosts",
+    "embedded_shape",
+    "fraction",
+    "parse_memory_mb",
+    "worker_address",
+]
 
 MAX_SIMULATED_GPUS_PER_WORKER = 2
 """Simulated GPU slots per worker when the spec's nodes have more (one JVM each costs RAM)."""
@@ -226,3 +233,27 @@ def embedded_shape(
         spec_name=spec.name,
         notes=tuple(notes),
     )
+
+
+def check_hosts(hosts: int | None, host: str) -> int | None:
+    """``hosts`` distinct worker addresses need the cluster on 127.0.0.1 and 1 to 253 of them."""
+    if hosts is None:
+        return None
+    if not 1 <= hosts <= 253:
+        raise ClusterError(
+            f"hosts={hosts}: the workers' loopback addresses are 127.0.0.2 to 127.0.0.254",
+            remedy="pick 1 to 253 hosts",
+        )
+    if host != "127.0.0.1":
+        raise ClusterError(
+            f"hosts={hosts} gives each worker its own loopback address, but the cluster's host "
+            f"is {host}",
+            remedy="leave host at 127.0.0.1 with hosts, or drop hosts",
+        )
+    return hosts
+
+
+def worker_address(index: int, hosts: int | None, host: str) -> str:
+    """Worker ``index``'s address: ``127.0.0.<2 + index % hosts>`` with ``hosts`` distinct
+    hosts (Linux routes all of 127.0.0.0/8 to loopback), else the cluster's ``host``."""
+    return host if hosts is None else f"127.0.0.{2 + index % hosts}"

@@ -30,11 +30,14 @@ _PEER_GONE = (
 
 
 def _failure_sort_key(rec: dict[str, Any]) -> tuple[bool, float, int]:
-    # The root cause is the earliest failure that is not a peer's lost connection: peers of a
-    # dead rank fail after it, but their error files may be written first (a race). The error
-    # file's time is precise; the agent's timestamp (whole seconds) covers signals.
+    # The root cause is the earliest failure that is not a consequence of another: a peer's
+    # lost connection (peers of a dead rank fail after it, but their error files may be
+    # written first: a race), or SIGTERM without an error file, which is how torch's agent
+    # stops the surviving ranks once one failed (its timestamp has whole seconds: it can
+    # sort before the failed rank's precise error time). SIGKILL stays a cause (OOM, a kill).
     err = rec.get("error") or {}
-    consequence = any(p in str(err.get("message", "")) for p in _PEER_GONE)
+    stopped_by_agent = rec.get("signal") == "SIGTERM" and not err
+    consequence = stopped_by_agent or any(p in str(err.get("message", "")) for p in _PEER_GONE)
     return (consequence, float(err.get("time", rec.get("timestamp", 0))), rec.get("rank", 0))
 
 
