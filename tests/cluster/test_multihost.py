@@ -130,6 +130,7 @@ def _speculative_starts(log_dir: Path) -> list[dict[str, Any]]:
     return starts
 
 
+@pytest.mark.slow  # 45 s: its own session, and the stalled attempt's executor to stop
 def test_speculative_copy_of_a_slow_writer_commits_each_record_once(
     two_hosts: LocalCluster, tmp_path: Path
 ) -> None:
