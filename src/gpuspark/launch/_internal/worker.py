@@ -23,6 +23,8 @@ import time
 import traceback
 from typing import Any
 
+from gpuspark.cluster.processes import pid_alive
+
 __all__ = ["entry", "main", "set_parent_death_signal"]
 
 _TRACEBACK_LINES = 20
@@ -65,20 +67,10 @@ def _redirect_output(log_dir: str) -> None:
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _setup(log_dir: str) -> None:
     set_parent_death_signal(signal.SIGKILL)
     agent = os.environ.get("GPUSPARK_AGENT_PID")
-    if agent and os.getppid() != int(agent) and not _alive(int(agent)):
+    if agent and os.getppid() != int(agent) and not pid_alive(int(agent)):
         os._exit(1)  # the agent died before we could follow it (a forked rank's parent is the
         # agent; a rank from the agent's fork server follows the server, which ends with it)
     _redirect_output(log_dir)
