@@ -50,6 +50,20 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster
         assert main(["cluster", "down", "--state-dir", state]) == 0
 
 
+def _session_on(cluster: LocalCluster, **conf: Any) -> Any:
+    """A session on ``cluster`` itself. A process holds one SparkContext and the session
+    builder hands out the active one, whatever its master: the shared tests' session (on the
+    single-host cluster) gives way first; the shared factory rebuilds it when next asked."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    spark = cluster.session(**conf)
+    assert spark.sparkContext.master == cluster.master_url
+    return spark
+
+
 def test_status_lists_two_worker_hosts(
     two_hosts: LocalCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -96,7 +110,7 @@ def test_launch_places_ranks_on_two_hosts(
 ) -> None:
     from gpuspark import launch
 
-    spark = two_hosts.session(kind="training", **{"spark.app.name": "gpuspark-two-hosts"})
+    spark = _session_on(two_hosts, kind="training", **{"spark.app.name": "gpuspark-two-hosts"})
     try:
         out = launch.run(where, num_processes=2, spark=spark, timeout=180)
     finally:
@@ -152,7 +166,7 @@ def test_speculative_copy_of_a_slow_writer_commits_each_record_once(
         "spark.eventLog.compress": "false",  # Spark 4 writes zstd by default
         "spark.eventLog.dir": logs.as_uri(),
     }
-    spark = two_hosts.session(**conf)
+    spark = _session_on(two_hosts, **conf)
     try:
         df = spark.range(0, 4000, numPartitions=4)
         t0 = time.monotonic()
