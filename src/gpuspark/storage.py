@@ -27,9 +27,11 @@ __all__ = [
     "file_size",
     "filesystem",
     "is_url",
+    "is_within",
     "join",
     "list_dir",
     "local_path",
+    "location",
     "open_file",
 ]
 
@@ -37,6 +39,10 @@ PathLike = str | os.PathLike[str]
 
 _URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]+::)*[A-Za-z][A-Za-z0-9+.-]+://")
 _FILE = "file:"
+_CHAIN = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]+::)+")
+_URL_PARTS = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://([^/]*)(.*)$")
+# schemes that name the same store (Hadoop's connectors and fsspec's aliases)
+_SAME_STORE = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfss": "abfs", "wasbs": "wasb"}
 _TMP_PREFIX = ".tmp-"  # the data writers treat names starting with this as leftovers
 
 
@@ -77,6 +83,44 @@ def join(base: PathLike, *parts: str) -> str:
     if is_url(text):
         return "/".join([text.rstrip("/"), *parts])
     return os.path.join(local_path(text), *parts)
+
+
+def location(path: PathLike, *, resolve: bool = False) -> str:
+    """The canonical form of a local path or URL, for comparing where things are by string.
+
+    A local path (or ``file:`` URL): absolute, ``~`` expanded, ``..`` and ``//`` folded; with
+    ``resolve``, symbolic links too (:meth:`pathlib.Path.resolve`: ``a/link/../b`` is where the
+    link leads). A URL: fsspec chaining (``simplecache::``) dropped, scheme and host in lower
+    case, schemes of one store folded (``s3a``/``s3n`` -> ``s3``, ``gcs`` -> ``gs``,
+    ``abfss`` -> ``abfs``), ``..`` folded in the path, no trailing ``/``.
+    """
+    import posixpath
+    from pathlib import Path
+
+    text = os.fspath(path)
+    if not is_url(text):
+        local = os.path.expanduser(local_path(text))
+        return str(Path(local).resolve()) if resolve else os.path.abspath(local)
+    parts = _URL_PARTS.match(_CHAIN.sub("", text))
+    if parts is None:  # pragma: no cover - is_url matched the same form
+        return text
+    scheme, host, inner = parts.group(1).lower(), parts.group(2).lower(), parts.group(3)
+    inner = posixpath.normpath("/" + inner.lstrip("/")) if inner.strip("/") else ""
+    return f"{_SAME_STORE.get(scheme, scheme)}://{host}{inner.rstrip('/')}"
+
+
+def is_within(path: PathLike, root: PathLike, *, resolve: bool = False) -> bool:
+    """Whether ``path`` is ``root`` or lies below it, compared as :func:`location` forms
+    (local paths by :meth:`pathlib.PurePath.is_relative_to`; a URL is never inside a local
+    root, nor the other way round)."""
+    from pathlib import PurePath
+
+    where, top = location(path, resolve=resolve), location(root, resolve=resolve)
+    if is_url(where) != is_url(top):
+        return False
+    if not is_url(where):
+        return PurePath(where).is_relative_to(top)
+    return where == top or where.startswith(top.rstrip("/") + "/")
 
 
 def filesystem(url: str) -> tuple[Any, str]:

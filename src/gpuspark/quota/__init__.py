@@ -1,9 +1,11 @@
 """Team GPU quotas: rendered for YARN (Capacity Scheduler), Kubernetes (Kueue, Volcano) and
-Spark standalone (per-application caps); a job submitted under a team; usage vs quota and why
-an application waits, from the schedulers' own APIs."""
+Spark standalone (per-application caps); a job submitted under a team, kept out of other teams'
+dataset roots, its directories owned by the team's group; usage vs quota and why an
+application waits, from the schedulers' own APIs."""
 
 from __future__ import annotations
 
+from gpuspark.quota.dirs import check_writes, team_output_dir
 from gpuspark.quota.kueue import kueue_spark_conf
 from gpuspark.quota.render import SCHEDULERS, quota_notes, render_quota, write_quota
 from gpuspark.quota.shares import kube_name, yarn_queue_name
@@ -27,6 +29,7 @@ __all__ = [
     "TeamUsage",
     "app_team",
     "check_team_gpus",
+    "check_writes",
     "explain",
     "find_team",
     "kube_name",
@@ -40,6 +43,7 @@ __all__ = [
     "team_app_name",
     "team_caps",
     "team_conf",
+    "team_output_dir",
     "volcano_spark_conf",
     "write_quota",
     "yarn_queue_name",

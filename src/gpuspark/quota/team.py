@@ -14,19 +14,25 @@
 - **Which team an application is** on standalone: the master's ``/json/`` shows only the
   application's name, so the name carries a ``[team=NAME]`` tag (:func:`team_app_name`,
   :func:`app_team`).
+- **What a job writes** (``writes=`` of :func:`submit_under`): refused up front inside another
+  team's dataset root; for a team with a ``group``, its output directories are made now,
+  group-owned (see :mod:`gpuspark.quota.dirs`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import math
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark.errors import LaunchError
+from gpuspark.quota.dirs import check_writes, remove_created, team_output_dir
 from gpuspark.spec.teams import find_team
 
 if TYPE_CHECKING:
@@ -40,6 +46,7 @@ __all__ = [
     "TeamSubmit",
     "app_team",
     "check_team_gpus",
+    "check_writes",
     "current_user",
     "find_team",
     "resolve_team",
@@ -252,15 +259,27 @@ def check_team_gpus(spec: ClusterSpec, team: str | None, gpus: float) -> None:
 
 @dataclass(frozen=True)
 class TeamSubmit:
-    """A job's team (resolved) and what its session needs: app name and Spark settings."""
+    """A job's team (resolved) and what its session needs: app name and Spark settings;
+    ``created``: the output directories made for it (a team with a ``group``)."""
 
     team: str | None
     app_name: str
     conf: dict[str, str]
+    created: tuple[str, ...] = ()
 
     def session_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`gpuspark.cluster.session.job_session`."""
         return {"app_name": self.app_name, **self.conf}
+
+    @contextlib.contextmanager
+    def discard_on_error(self) -> Iterator[None]:
+        """Around the job: if it fails, the directories made for it go again (while empty),
+        so a failed job leaves its destination as it was."""
+        try:
+            yield
+        except BaseException:
+            remove_created(self.created)
+            raise
 
 
 def submit_under(
@@ -270,9 +289,14 @@ def submit_under(
     *,
     app_name: str = "gpuspark",
     gpus: float | None = None,
+    writes: Iterable[str | os.PathLike[str] | None] = (),
 ) -> TeamSubmit:
     """Resolve the team of a job (``team``, else the current user's per ``members``), refuse
-    it up front when ``gpus`` exceeds the team's ``max_gpus``, and give its session settings.
+    it up front when ``gpus`` exceeds the team's ``max_gpus`` or when a path in ``writes``
+    (the directories the job writes; ``None`` entries skipped) lies inside another team's
+    root (:func:`gpuspark.quota.dirs.check_writes`), and give its session settings. For a
+    team with a ``group``, the ``writes`` directories are made last, group-owned
+    (:func:`gpuspark.quota.dirs.team_output_dir`; listed in ``created``).
     ``spec``: a spec, a path or ``None`` (see :func:`gpuspark.spec.resolve_spec`)."""
     from gpuspark.spec import resolve_spec
 
@@ -281,4 +305,15 @@ def submit_under(
     name = found.name if found is not None else None
     if gpus is not None:
         check_team_gpus(spec_obj, name, gpus)
-    return TeamSubmit(name, team_app_name(app_name, name), team_conf(spec_obj, name, master))
+    paths = [path for path in writes if path is not None]
+    check_writes(spec_obj, found, paths)
+    conf = team_conf(spec_obj, name, master)
+    created: list[str] = []
+    if found is not None and found.group is not None:
+        try:
+            for path in paths:
+                created += team_output_dir(spec_obj, found, path)
+        except BaseException:
+            remove_created(created)
+            raise
+    return TeamSubmit(name, team_app_name(app_name, name), conf, tuple(created))

@@ -28,7 +28,7 @@ from gpuspark.spec.models import (
 )
 from gpuspark.spec.rules import gpu_slots_per_executor
 from gpuspark.spec.summary import summary
-from gpuspark.spec.teams import find_team
+from gpuspark.spec.teams import find_team, team_root
 
 __all__ = [
     "SPEC_ENV",
@@ -51,5 +51,6 @@ __all__ = [
     "parse_spec",
     "resolve_spec",
     "summary",
+    "team_root",
     "write_example",
 ]

@@ -84,6 +84,9 @@ guaranteed_gpus = 8
 max_gpus = 16
 priority = 2
 members = ["alice", "bob"]
+# root = "/shared/radiology"   # its datasets; other teams' jobs may not write here
+#                              # (default: <storage.root>/teams/radiology)
+# group = "radiology"          # Unix group owning the team's output folders (mode 2750)
 
 [[teams]]
 name = "vision"

@@ -116,6 +116,13 @@ class Networks(_Model):
     storage: StorageNetwork
 
 
+def _path_or_url(value: str) -> str:
+    """``value`` when it is a local path or a ``scheme://`` URL; a ``ValueError`` otherwise."""
+    if "://" in value and not _URL_SCHEME.match(value):
+        raise ValueError("must be a local path or a URL like hdfs://host/path or s3a://bucket/")
+    return value
+
+
 class StorageSettings(_Model):
     """Where datasets, checkpoints and Spark event logs live."""
 
@@ -125,9 +132,7 @@ class StorageSettings(_Model):
     @field_validator("root")
     @classmethod
     def _root_form(cls, value: str) -> str:
-        if "://" in value and not _URL_SCHEME.match(value):
-            raise ValueError("must be a local path or a URL like hdfs://host/path or s3a://bucket/")
-        return value
+        return _path_or_url(value)
 
 
 class SparkSettings(_Model):
@@ -192,6 +197,34 @@ class Team(_Model):
     priority: Annotated[int, Field(ge=0)] = 0
     """Higher runs first when GPUs are contended."""
     members: list[str] = Field(default_factory=list)
+    group: str | None = None
+    """A Unix group whose members may read the team's data: directories a job of the team
+    creates for its output are owned by this group, mode ``2750`` (setgid, so what is written
+    inside inherits the group; the group reads and enters, others nothing). Local and shared
+    file-system paths only; on HDFS or object stores use the store's own permissions. The
+    group must exist on the machine that starts the job. None: plain directories."""
+    root: Annotated[str, Field(min_length=1)] | None = None
+    """The team's dataset root, a local path or a URL. Default: ``<storage.root>/teams/<name>``
+    (see :func:`gpuspark.spec.team_root`); a relative path is relative to the directory a job
+    starts in, as ``[storage] root`` is. Jobs of other teams may not write inside it (checked
+    before a job starts); two teams' roots may neither be the same nor lie inside each other."""
+
+    @field_validator("group")
+    @classmethod
+    def _group_form(cls, value: str | None) -> str | None:
+        if value is not None and (
+            not value or value != value.strip() or any(c in value for c in ":/\n")
+        ):
+            raise ValueError(
+                "must be a Unix group name such as 'radiology' (no ':', '/', newline or"
+                " surrounding spaces)"
+            )
+        return value
+
+    @field_validator("root")
+    @classmethod
+    def _team_root_form(cls, value: str | None) -> str | None:
+        return value if value is None else _path_or_url(value)
 
 
 class Monitoring(_Model):

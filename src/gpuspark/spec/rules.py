@@ -1,6 +1,6 @@
-"""Cross-field rules of a cluster spec: quotas against GPUs, executors against nodes, and
-Spark's GPU/CPU task-slot agreement. Each problem is a complete ``path=value what-is-wrong``
-line."""
+"""Cross-field rules of a cluster spec: quotas against GPUs, teams' dataset roots apart,
+executors against nodes, and Spark's GPU/CPU task-slot agreement. Each problem is a complete
+``path=value what-is-wrong`` line."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def rule_violations(spec: ClusterSpec) -> list[str]:
     return [
         *_unique_names(spec),
         *_team_rules(spec),
+        *_team_roots(spec),
         *_executor_fits_node(spec),
         *slot_rule(spec.spark),
         *_managed_conf(spec.spark),
@@ -88,6 +89,41 @@ def _team_rules(spec: ClusterSpec) -> list[str]:
             f" {total}"
         )
     return problems
+
+
+def _team_roots(spec: ClusterSpec) -> list[str]:
+    """No two teams share a dataset root, and no team's root lies inside another's."""
+    from gpuspark import storage
+    from gpuspark.spec.teams import team_root
+
+    roots = [team_root(spec, team) for team in spec.teams]
+    problems = []
+    for j, later in enumerate(roots):
+        for i, earlier in enumerate(roots[:j]):
+            if spec.teams[i].name == spec.teams[j].name:
+                continue  # a repeated name: _unique_names says so
+            if storage.location(later) == storage.location(earlier):
+                problems.append(
+                    f"{_root_field(spec, j)} is the same as {_root_field(spec, i)};"
+                    " each team needs a root of its own"
+                )
+            elif storage.is_within(later, earlier) or storage.is_within(earlier, later):
+                inner, outer = (j, i) if storage.is_within(later, earlier) else (i, j)
+                problems.append(
+                    f"{_root_field(spec, inner)} lies inside {_root_field(spec, outer)};"
+                    " team roots must not nest"
+                )
+    return problems
+
+
+def _root_field(spec: ClusterSpec, i: int) -> str:
+    """``teams[i].root="..."``, or ``teams[i].root (default "...")`` when not set."""
+    from gpuspark.spec.teams import team_root
+
+    team = spec.teams[i]
+    if team.root is not None:
+        return f'teams[{i}].root="{team.root}"'
+    return f'teams[{i}].root (default "{team_root(spec, team)}")'
 
 
 def _executor_fits_node(spec: ClusterSpec) -> list[str]:

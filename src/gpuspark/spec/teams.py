@@ -1,12 +1,15 @@
-"""Looking up a team of the spec by name: the one rule monitoring labels, quotas and
-``--team`` options share."""
+"""Looking up a team of the spec by name (the one rule monitoring labels, quotas and
+``--team`` options share) and where a team's datasets live."""
 
 from __future__ import annotations
 
 from gpuspark.errors import SpecError, did_you_mean
 from gpuspark.spec.models import ClusterSpec, Team
 
-__all__ = ["find_team"]
+__all__ = ["TEAMS_DIR", "find_team", "team_root"]
+
+TEAMS_DIR = "teams"
+"""Folder of ``[storage] root`` that holds the teams' default roots."""
 
 
 def find_team(spec: ClusterSpec, team: str | Team) -> Team:
@@ -27,3 +30,11 @@ def find_team(spec: ClusterSpec, team: str | Team) -> Team:
         + did_you_mean(name, names),
         remedy="use one of the spec's team names",
     )
+
+
+def team_root(spec: ClusterSpec, team: str | Team) -> str:
+    """Where ``team``'s datasets live: its ``root``, else ``<storage.root>/teams/<name>``."""
+    found = find_team(spec, team) if isinstance(team, str) else team
+    if found.root is not None:
+        return found.root
+    return f"{spec.storage.root.rstrip('/')}/{TEAMS_DIR}/{found.name}"

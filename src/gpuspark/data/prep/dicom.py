@@ -112,11 +112,14 @@ def prep_dicom(
     opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
     from gpuspark.quota.team import submit_under
 
-    submit = submit_under(spec, team, master, app_name="gpuspark-prep-dicom")
+    submit = submit_under(spec, team, master, app_name="gpuspark-prep-dicom", writes=[root])
     announce(progress)  # starting a session (and a cluster) takes seconds: say so
-    with job_session(
-        JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
-    ) as sp:
+    with (
+        submit.discard_on_error(),
+        job_session(
+            JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
+        ) as sp,
+    ):
         return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
 
 

@@ -86,11 +86,14 @@ def prep_images(
     opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
     from gpuspark.quota.team import submit_under
 
-    submit = submit_under(spec, team, master, app_name="gpuspark-prep-images")
+    submit = submit_under(spec, team, master, app_name="gpuspark-prep-images", writes=[root])
     announce(progress)  # starting a session (and a cluster) takes seconds: say so
-    with job_session(
-        JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
-    ) as sp:
+    with (
+        submit.discard_on_error(),
+        job_session(
+            JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
+        ) as sp,
+    ):
         return _run_images(sp, src_s, root, options, opts, progress, t0)
 
 

@@ -102,11 +102,14 @@ def prep_parquet(
     write = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
     from gpuspark.quota.team import submit_under
 
-    submit = submit_under(spec, team, master, app_name="gpuspark-prep-parquet")
+    submit = submit_under(spec, team, master, app_name="gpuspark-prep-parquet", writes=[root])
     announce(progress)
-    with job_session(
-        JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
-    ) as sp:
+    with (
+        submit.discard_on_error(),
+        job_session(
+            JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
+        ) as sp,
+    ):
         return _run(sp, src_s, root, opts, write, progress, t0)
 
 

@@ -111,11 +111,14 @@ def prep_text(
     write = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
     from gpuspark.quota.team import submit_under
 
-    submit = submit_under(spec, team, master, app_name="gpuspark-prep-text")
+    submit = submit_under(spec, team, master, app_name="gpuspark-prep-text", writes=[root])
     announce(progress)
-    with job_session(
-        JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
-    ) as sp:
+    with (
+        submit.discard_on_error(),
+        job_session(
+            JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
+        ) as sp,
+    ):
         return _run(sp, src_s, root, opts, write, progress, t0)
 
 
