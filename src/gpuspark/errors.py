@@ -15,6 +15,7 @@ __all__ = [
     "DDPError",
     "DatasetExistsError",
     "GpusparkError",
+    "HostLostError",
     "LabelsError",
     "LaunchError",
     "LoaderError",
@@ -58,6 +59,14 @@ class ClusterError(GpusparkError):
 
 class LaunchError(GpusparkError):
     """A distributed launch was refused up front or failed on a rank."""
+
+
+class HostLostError(LaunchError):
+    """A task of a launch vanished with its executor: its host (``host``) was lost."""
+
+    def __init__(self, host: str, message: str, *, remedy: str | None = None) -> None:
+        self.host = host
+        super().__init__(message, remedy=remedy)
 
 
 # --------------------------------------------------------------------------- data format

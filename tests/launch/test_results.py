@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import cloudpickle
 
 from gpuspark.launch.results import rank0_value, result_error
@@ -48,3 +50,39 @@ def test_a_rank_the_agent_stopped_with_sigterm_is_not_the_root_cause() -> None:
     assert str(err).startswith("rank 1 failed on host h: SystemExit: no")
     alone = result_error([{"failures": [stopped]}], 1)  # nothing else failed: still reported
     assert str(alone).startswith("rank 0 failed on host h: killed by SIGTERM")
+
+
+def test_log_server_names_the_host_of_a_task_that_vanished() -> None:
+    """A task that ends says BYE; one whose connection just drops (its executor or machine
+    gone) is the lost one, named by the host it reported."""
+    import socket
+
+    from gpuspark.launch._internal.logs import LogServer, SocketSink
+
+    server = LogServer("tok", write=lambda _line: None)
+    try:
+        done = SocketSink(*server.address, "tok", 0)
+        done.notice("task", {"task": 0, "host": "127.0.0.2"})
+        done.close()
+        assert server.lost_host(wait=0.5) is None
+        gone = SocketSink(*server.address, "tok", 1)
+        gone.notice("task", {"task": 1, "host": "127.0.0.3"})
+        assert gone._sock is not None
+        gone._sock.shutdown(socket.SHUT_RDWR)  # no BYE: as when the process is killed
+        assert server.lost_host(wait=5.0) == "127.0.0.3"
+        assert server.vanished == [1]
+    finally:
+        server.close()
+
+
+def test_host_lost_error_says_which_host_and_how_to_retry(tmp_path: Path) -> None:
+    from gpuspark.launch.request import make_request
+    from gpuspark.launch.results import host_lost_error
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    req = make_request(str(script), num_processes=2)
+    err = host_lost_error("127.0.0.3", req)
+    assert err.host == "127.0.0.3"
+    assert str(err).startswith(f"host 127.0.0.3 was lost during the launch of {script}")
+    assert "--max-attempts 2" in str(err) and "\n" not in str(err)

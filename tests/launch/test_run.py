@@ -160,7 +160,12 @@ def parent_threads() -> dict[str, Any]:
     """Names of the threads of this rank's parent (the process it was forked from)."""
     task = Path(f"/proc/{os.getppid()}/task")
     names = sorted((t / "comm").read_text().strip() for t in task.iterdir())
-    return {"names": names, "ppid": os.getppid(), "agent": os.environ.get("GPUSPARK_AGENT_PID")}
+    return {
+        "names": names,
+        "ppid": os.getppid(),
+        "agent": os.environ.get("GPUSPARK_AGENT_PID"),
+        "comm": Path("/proc/self/comm").read_text().strip(),
+    }
 
 
 def store_listeners() -> list[str]:
@@ -191,8 +196,39 @@ def test_ranks_are_forked_from_a_single_threaded_parent(max_restarts: int) -> No
     Static launches fork ranks from an agent without that thread; c10d launches (restartable)
     fork them from a fork server."""
     out = run(parent_threads, num_processes=2, local=True, max_restarts=max_restarts)
-    assert out["names"] == ["python"], out
+    assert len(out["names"]) == 1 and "pt_tcpstore_uv" not in out["names"], out
     assert (out["ppid"] == int(out["agent"])) == (max_restarts == 0)
+    assert out["comm"] == "gpuspark-rank0"  # what `ps -o comm` shows an operator
+    if max_restarts == 0:
+        assert out["names"] == ["gpuspark-agent0"]
+
+
+def test_rendezvous_store_refuses_an_agent_of_another_run() -> None:
+    """The static rendezvous store carries its run's token: an agent of a second run pointed
+    at the same address is refused in one line and never joins; one of the run joins."""
+    import socket
+
+    from torch.distributed.elastic.rendezvous import RendezvousError, RendezvousParameters
+
+    from gpuspark.launch._internal import rendezvous
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    port = sock.getsockname()[1]
+    store = rendezvous.host_store("127.0.0.1", port, sock.detach(), "run-a")
+
+    def agent(run_id: str) -> Any:
+        params = RendezvousParameters(
+            rendezvous.BACKEND, f"127.0.0.1:{port}", run_id, 2, 2, rank=1, timeout=10
+        )
+        return rendezvous._create(params)
+
+    with pytest.raises(RendezvousError, match=f"127.0.0.1:{port} belongs to run run-a, not"):
+        agent("run-b").next_rendezvous()
+    info = agent("run-a").next_rendezvous()
+    assert (info.rank, info.world_size) == (1, 2)
+    del store
 
 
 def test_local_all_reduce_returns_rank0_value_and_streams_logs(capfd: Any) -> None:

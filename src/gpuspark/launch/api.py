@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuspark.errors import HostLostError, LaunchError
 from gpuspark.launch.local import run_local
 from gpuspark.launch.preflight import preflight
 from gpuspark.launch.request import LaunchRequest, make_request
@@ -71,19 +72,41 @@ def _attempts(req: LaunchRequest, sc: Any, spec: Any) -> Any:
         preflight(req, sc)
     with RunTargets(targets_dir(spec), run_id, req.num_processes) as targets:
         last: list[dict[str, Any]] = []
+        why = ""
         for attempt in range(req.max_attempts):
             if attempt:
-                _note(f"retry {attempt} of {req.max_attempts - 1} after: {result_error(last, 1)}")
-            last = (
-                run_local(req, run_id, attempt, targets.add)
-                if sc is None
-                else run_barrier(req, sc, run_id, attempt, targets.add)
-            )
+                _note(f"retry {attempt} of {req.max_attempts - 1} after: {why}")
+            try:
+                last = (
+                    run_local(req, run_id, attempt, targets.add)
+                    if sc is None
+                    else run_barrier(req, sc, run_id, attempt, targets.add)
+                )
+            except HostLostError as lost:
+                if attempt + 1 == req.max_attempts:
+                    raise
+                _refit_after(lost, req, sc)
+                why = lost.message
+                continue
             if all(r.get("ok") for r in last):
                 return rank0_value(last)
             if any(r.get("stopped") == "timeout" for r in last):
                 raise timeout_error(req)
+            why = str(result_error(last, 1))
         raise result_error(last, req.max_attempts)
+
+
+def _refit_after(lost: HostLostError, req: LaunchRequest, sc: Any) -> None:
+    """Before retrying after a lost host: the stage must fit what is left, or one line says
+    which host was lost and what the rest cannot hold."""
+    try:
+        preflight(req, sc)
+    except LaunchError as unfit:
+        raise LaunchError(
+            f"host {lost.host} was lost and the rest of the cluster cannot run the retry: "
+            f"{unfit.message}",
+            remedy=unfit.remedy,
+        ) from None
 
 
 def _note(text: str) -> None:

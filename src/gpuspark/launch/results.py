@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.errors import LaunchError
+from gpuspark.errors import HostLostError, LaunchError
 
 if TYPE_CHECKING:
     from gpuspark.launch.request import LaunchRequest
 
-__all__ = ["rank0_value", "result_error", "spark_error", "timeout_error"]
+__all__ = ["host_lost_error", "rank0_value", "result_error", "spark_error", "timeout_error"]
 
 _ERROR_LINES = 8
 
@@ -91,6 +91,18 @@ def timeout_error(req: LaunchRequest) -> LaunchError:
         f"the launch of {req.entrypoint} on {req.num_processes} ranks timed out after "
         f"{req.timeout:g} s; every rank was stopped",
         remedy="raise timeout=, or look at the [rank r] lines above for the stuck rank",
+    )
+
+
+def host_lost_error(host: str, req: Any) -> HostLostError:
+    """The error for an attempt whose task vanished with its executor: the host is lost,
+    and what the surviving ranks reported (a peer closed the connection) follows from it."""
+    return HostLostError(
+        host,
+        f"host {host} was lost during the launch of {req.entrypoint}: its task stopped "
+        "without a word (executor or machine gone); the other ranks were stopped",
+        remedy="bring the host back, or allow a retry on the remaining capacity "
+        "(--max-attempts 2, max_attempts=2)",
     )
 
 

@@ -25,7 +25,7 @@ from gpuspark.launch.ranks import (
     start_method,
 )
 from gpuspark.launch.request import LaunchRequest
-from gpuspark.launch.results import spark_error, timeout_error
+from gpuspark.launch.results import host_lost_error, spark_error, timeout_error
 
 __all__ = ["run_barrier"]
 
@@ -60,6 +60,7 @@ def _barrier_partition(
         import torch.distributed.launcher.api  # noqa: F401  (the forked agent inherits it)
 
         host = _task_host(ctx, index)
+        sink.notice("task", {"task": index, "host": host})
         port, store_fd = store_port(host, req.rdzv_backend) if index == 0 else (0, -1)
         me = {
             "host": host,
@@ -148,10 +149,13 @@ def run_barrier(
         cpus = executor_capacity(sc, dict(sc.getConf().getAll())).task_cpus_for(req.gpus_per_task)
         results: list[dict] = rdd.withResources(_task_profile(req, cpus)).collect()
     except BaseException as exc:
+        lost = None if isinstance(exc, KeyboardInterrupt) else server.lost_host()
         server.abort("driver stopped")
         sc.cancelJobsWithTag(tag)
         if server.abort_reason == "timeout":
             raise timeout_error(req) from None
+        if lost is not None:
+            raise host_lost_error(lost, req) from None
         raise spark_error(exc, server) from None
     finally:
         for timer in timers:

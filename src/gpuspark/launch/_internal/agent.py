@@ -26,7 +26,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpuspark.launch._internal.worker import set_parent_death_signal
+from gpuspark.launch._internal.worker import set_parent_death_signal, set_process_name
 from gpuspark.monitor.rank_settings import endpoint_rank, read_endpoint
 
 __all__ = ["Sink", "TaskSpec", "free_port", "run_task", "store_port"]
@@ -176,6 +176,7 @@ def _agent_main(spec: TaskSpec, log_dir: str) -> dict[str, Any]:
     """Body of the forked agent process; returns what the task reports."""
     os.environ.update(spec.env)
     os.environ["GPUSPARK_AGENT_PID"] = str(os.getpid())
+    set_process_name(f"gpuspark-agent{spec.task_index}")
     # Never let the agent initialise CUDA: ranks are forked from it (torch issue #40403).
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     if spec.rdzv_backend == "c10d":
@@ -434,7 +435,7 @@ def _host_store(spec: TaskSpec) -> Any:
     from gpuspark.launch._internal.rendezvous import host_store
 
     try:
-        return host_store(spec.master_addr, spec.master_port, spec.store_fd)
+        return host_store(spec.master_addr, spec.master_port, spec.store_fd, spec.run_id)
     except BaseException:
         with contextlib.suppress(OSError):
             os.close(spec.store_fd)

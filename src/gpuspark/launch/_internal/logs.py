@@ -17,6 +17,7 @@ import json
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +78,11 @@ class LogServer:
         self.failures: list[dict[str, Any]] = []
         self.infos: list[dict[str, Any]] = []
         self.abort_reason: str | None = None
+        self.hosts: dict[int, str] = {}
+        """Each task's host, as the task reported it (``N task {...}``)."""
+        self.vanished: list[int] = []
+        """Tasks whose stream ended without their ``BYE``: killed with their executor or host
+        (a task that finishes or fails says goodbye), in the order the driver saw it."""
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
         self._active = 0
@@ -121,8 +127,14 @@ class LogServer:
                 self._conns.append(conn)
                 if self.abort_reason is not None:
                     self._send(conn)
+            said_bye = False
             for raw in lines:
-                self._handle(raw.rstrip("\n"))
+                said_bye = raw.rstrip("\n") == "BYE"
+                if not said_bye:
+                    self._handle(raw.rstrip("\n"))
+            if not said_bye and hello[2].isdigit():
+                with self._lock:
+                    self.vanished.append(int(hello[2]))
 
     def _handle(self, msg: str) -> None:
         kind, _, rest = msg.partition(" ")
@@ -136,6 +148,8 @@ class LogServer:
                 self.failures.append(payload)
                 if self.on_failure is not None:
                     self.on_failure(payload)
+            elif what == "task":
+                self.hosts[int(payload["task"])] = str(payload["host"])
             elif what == "metrics":
                 if self.on_metrics is not None:
                     with contextlib.suppress(Exception):  # target files never fail a launch
@@ -157,6 +171,17 @@ class LogServer:
                 self.abort_reason = reason
             for conn in self._conns:
                 self._send(conn)
+
+    def lost_host(self, wait: float = 3.0) -> str | None:
+        """The host of the first task that vanished, if one did (waiting up to ``wait`` s
+        for a stream to end: the driver can hear of a lost executor before the task's
+        connection drops). Tasks Spark kills after that one vanish too; they are not lost."""
+        deadline = time.monotonic() + wait
+        while not self.vanished and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with self._lock:
+            first = self.vanished[0] if self.vanished else None
+        return None if first is None else self.hosts.get(first, f"the host of task {first}")
 
     def drain(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) until every task's stream has been read to its end."""
@@ -219,10 +244,12 @@ class SocketSink:
         return self._abort.is_set()
 
     def close(self) -> None:
-        """Close the connection (the driver sees the end of this task's stream)."""
+        """Say goodbye and close the connection (the driver sees the end of this task's
+        stream, and that the task was not lost)."""
         with self._lock:
             if self._sock is not None:
                 with contextlib.suppress(OSError):
+                    self._sock.sendall(b"BYE\n")
                     self._sock.shutdown(socket.SHUT_RDWR)
                     self._sock.close()
                 self._sock = None

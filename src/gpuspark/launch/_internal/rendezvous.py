@@ -10,6 +10,10 @@ Here every agent, node 0's included, is a client of a store that task 0's own pr
 (:func:`host_store`, called after that process forked its agent), so the agents stay
 single-threaded and forking their ranks is safe. Ranks find the store as before, through
 ``MASTER_ADDR``/``MASTER_PORT`` and ``TORCHELASTIC_USE_AGENT_STORE``.
+
+The store belongs to one run: its host writes the run's token (:data:`RUN_KEY`), and an agent
+whose run has another token is refused with one line (:func:`check_run`) before it takes part,
+so a run started with a stale or colliding address never joins a stranger's ranks.
 """
 
 from __future__ import annotations
@@ -17,22 +21,27 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["BACKEND", "host_store", "register"]
+__all__ = ["BACKEND", "RUN_KEY", "check_run", "host_store", "register"]
 
 BACKEND = "gpuspark-static"
 """The name the handler is registered under in torch's rendezvous registry."""
 
 _STORE_TIMEOUT_S = 300
 
+_RUN_KEY_WAIT_S = 30
 
-def host_store(host: str, port: int, listen_fd: int) -> Any:
+RUN_KEY = "gpuspark/run"
+"""The store key holding the token of the run the store was started for."""
+
+
+def host_store(host: str, port: int, listen_fd: int, run_id: str) -> Any:
     """The job's TCP store server on the listening socket ``listen_fd``, bound to ``host``
-    (the task's own address, so the store does not listen on every interface); the store
-    takes the fd over and its own client connects to ``host``. Keep a reference while the job
-    runs."""
+    (the task's own address, so the store does not listen on every interface), marked as run
+    ``run_id``'s; the store takes the fd over and its own client connects to ``host``. Keep a
+    reference while the job runs."""
     from torch.distributed import TCPStore
 
-    return TCPStore(
+    store = TCPStore(
         host,
         port,
         is_master=True,
@@ -40,6 +49,25 @@ def host_store(host: str, port: int, listen_fd: int) -> Any:
         wait_for_workers=False,
         master_listen_fd=listen_fd,
     )
+    store.set(RUN_KEY, run_id)
+    return store
+
+
+def check_run(store: Any, run_id: str, where: str) -> None:
+    """Refuse to join the store at ``where`` unless it was started for run ``run_id``."""
+    from torch.distributed.elastic.rendezvous import RendezvousError
+
+    try:  # the host writes the key just after its server starts: wait a moment for it
+        store.wait([RUN_KEY], timedelta(seconds=_RUN_KEY_WAIT_S))
+        found: str | None = store.get(RUN_KEY).decode()
+    except RuntimeError:  # DistStoreError (a timeout) derives from it
+        found = None
+    if found != run_id:
+        owner = f"run {found}" if found else "no gpuspark run"
+        raise RendezvousError(
+            f"the rendezvous store at {where} belongs to {owner}, not to run {run_id}: "
+            "refusing to join another run's ranks"
+        )
 
 
 def _handler_class() -> type:
@@ -55,9 +83,11 @@ def _handler_class() -> type:
 
         def next_rendezvous(self) -> Any:
             if not self._store:
-                self._store = TCPStore(
+                store = TCPStore(
                     self.master_addr, self.master_port, is_master=False, timeout=self.timeout
                 )
+                check_run(store, self.run_id, f"{self.master_addr}:{self.master_port}")
+                self._store = store
             return RendezvousInfo(
                 PrefixStore(self.run_id, self._store),
                 self.rank,

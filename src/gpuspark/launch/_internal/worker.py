@@ -6,7 +6,8 @@ Two entry points share the same set-up:
 * ``python -m gpuspark.launch._internal.worker --log-dir D script.py [args]`` runs a script
   the way ``torchrun`` does (``gpuspark launch``).
 
-Set-up: the process dies with its parent (``PR_SET_PDEATHSIG``), so no rank outlives its agent;
+Set-up: the process dies with its parent (``PR_SET_PDEATHSIG``), so no rank outlives its agent,
+and is named ``gpuspark-rank<RANK>`` (``ps -o comm``);
 its stdout and stderr go, line-buffered, to ``<log-dir>/rank-<RANK>.log`` which the task tails
 and streams to the driver; an exception also lands in ``rank-<RANK>.error.json`` so the driver
 can name the failing rank with the last lines of its traceback.
@@ -25,7 +26,7 @@ from typing import Any
 
 from gpuspark.cluster.processes import pid_alive
 
-__all__ = ["entry", "main", "set_parent_death_signal"]
+__all__ = ["entry", "main", "set_parent_death_signal", "set_process_name"]
 
 _TRACEBACK_LINES = 20
 
@@ -40,6 +41,21 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(pr_set_pdeathsig, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - exotic libc
+        return
+
+
+def set_process_name(name: str) -> None:
+    """Name this process (``/proc/<pid>/comm``, what ``ps -o comm`` and ``top`` show; Linux
+    keeps 15 bytes) so an operator can tell ranks apart; no-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_name = 15
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_name, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - exotic libc
         return
 
@@ -74,6 +90,7 @@ def _setup(log_dir: str) -> None:
         os._exit(1)  # the agent died before we could follow it (a forked rank's parent is the
         # agent; a rank from the agent's fork server follows the server, which ends with it)
     _redirect_output(log_dir)
+    set_process_name(f"gpuspark-rank{_rank()}")
     # Where gpuspark.monitor.serve() drops the endpoint it bound; the task forwards it.
     os.environ["GPUSPARK_RANK_DIR"] = log_dir
 
