@@ -79,6 +79,22 @@ def train(
     ] = None,
     checkpoint_every: Annotated[int, typer.Option(help="Also every N steps (0: off).")] = 0,
     resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint.")] = False,
+    max_restarts: Annotated[
+        int,
+        typer.Option(
+            "--max-restarts",
+            help="Restart the ranks in place after a rank fails, this many times (they "
+            "resume from the newest checkpoint).",
+        ),
+    ] = 0,
+    max_attempts: Annotated[
+        int,
+        typer.Option(
+            "--max-attempts",
+            help="Attempts of the whole Spark stage, e.g. after a lost host (a retry resumes "
+            "from the newest checkpoint).",
+        ),
+    ] = 1,
     threads: Annotated[int | None, typer.Option(help="torch threads per rank.")] = None,
     train_split: Annotated[
         str, typer.Option(help="Split to train on; 'all': every record (no splits).")
@@ -148,6 +164,8 @@ def train(
         team=team,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        max_restarts=max_restarts,
+        max_attempts=max_attempts,
     )
     if json_out:
         print_json(summary.as_dict())

@@ -192,6 +192,7 @@ def fit(
             start_epoch, skip_steps, global_step = res.epoch, res.step_in_epoch, res.step
             loader_state = res.loader_state
             history = list(res.extra.get("history", []))
+            _log_resume(cfg, res)
     state = _State(model, optimizer, loss_fn, cfg, dataset, scheduler, scaler, meter, device)
     state.rm = _serve_metrics(cfg, model)
     state.loader_stats = getattr(loader, "stats", None)
@@ -213,6 +214,18 @@ def fit(
             mx.emit(m)
         state.checkpoint(epoch + 1, 0)
     return history
+
+
+def _log_resume(cfg: FitConfig, res: Any) -> None:
+    """Rank 0 says where training resumed: ``resumed from DIR at epoch E, step S ...``
+    (epochs counted from 0, as in the epoch lines; step: optimizer steps done in E)."""
+    if _rank()[0] != 0 or cfg.log is None:
+        return
+    restarts = _restarts()
+    cfg.log(
+        f"resumed from {cfg.checkpoint_dir} at epoch {res.epoch}, step {res.step_in_epoch} "
+        f"(global step {res.step})" + (f", restart {restarts}" if restarts else "")
+    )
 
 
 def _serve_metrics(cfg: FitConfig, model: Any) -> Any:

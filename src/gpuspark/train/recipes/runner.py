@@ -356,7 +356,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
             epochs=cfg.epochs,
             checkpoint_dir=cfg.checkpoint_dir,
             checkpoint_every=cfg.checkpoint_every,
-            resume=cfg.resume,
+            resume=cfg.resume or _restarted(cfg),
             model_config=model_config(recipe, cfg, classes),
         ),
     )
@@ -385,6 +385,14 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         text = json.dumps(summary.as_dict(), indent=2, default=str)
         storage.atomic_write_text(Path(cfg.out_dir) / "history.json", text)
     return summary
+
+
+def _restarted(cfg: RecipeConfig) -> bool:
+    """Whether this start is a restart (the elastic agent's, or the stage's next attempt)
+    with checkpoints to continue from: then training resumes from the newest one."""
+    from gpuspark.launch import restart_count
+
+    return bool(cfg.checkpoint_dir) and restart_count() > 0
 
 
 def _prepare(net: Any, cfg: RecipeConfig) -> Any:
@@ -421,6 +429,8 @@ def run(
     team: str | None = None,
     metrics_port: int | None = None,
     metrics_host: str | None = None,
+    max_restarts: int = 0,
+    max_attempts: int = 1,
 ) -> TrainSummary:
     """Launch :func:`train` on ``num_processes`` ranks and return rank 0's summary.
 
@@ -432,13 +442,25 @@ def run(
 
     Every rank serves Prometheus metrics on ``metrics_port + local rank`` (default: the
     spec's ``[monitoring]``; 0: off), labelled with ``team`` (one of the spec's ``[[teams]]``).
+
+    ``max_restarts``: the elastic agent restarts the ranks after a rank fails, this many
+    times; ``max_attempts``: the whole barrier stage is retried (e.g. after a lost host). A
+    restart or retry resumes from the newest checkpoint of ``cfg.checkpoint_dir`` (without
+    one it starts over).
     """
     from gpuspark import launch
     from gpuspark.quota.team import submit_under
 
     gpus = None if local else num_processes * gpus_per_process
     # before the dataset, the cluster and any rank: the team (default: the user's), its cap
-    submit = submit_under(spec, team, master, app_name=f"gpuspark-train-{name}", gpus=gpus)
+    submit = submit_under(
+        spec,
+        team,
+        master,
+        app_name=f"gpuspark-train-{name}",
+        gpus=gpus,
+        writes=(cfg.checkpoint_dir, cfg.out),
+    )
     team = submit.team
     cfg = resolve_paths(cfg)
     recipe = preflight(name, cfg, num_processes=num_processes)
@@ -450,6 +472,8 @@ def run(
         "team": team,
         "metrics_port": metrics_port,
         "metrics_host": metrics_host,
+        "max_restarts": max_restarts,
+        "max_attempts": max_attempts,
     }
     if local:
         return launch.run(train, recipe.name, cfg, local=True, **kwargs)
