@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -131,3 +133,49 @@ def test_images_splits_by_relative_path(spark, tmp_path: Path) -> None:
     shutil.copytree(src, tmp_path / "b")
     res2 = prep_images(tmp_path / "b", tmp_path / "ds2", split=(0.7, 0.3), spark=spark)
     assert res2.splits == res.splits  # the same files land in the same splits
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs: a real disk that fills up (mounting one needs root, as in CI)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    cmd = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.mark.slow  # two prep runs through the CLI: ~100 s
+def test_disk_full_fails_in_one_line_and_keeps_the_old_dataset(
+    spark,
+    local_cluster,
+    small_disk: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`gpuspark prep images --overwrite` onto a disk that fills up mid-write (a task's
+    ENOSPC): exit 1 with one error line, the old dataset byte for byte, nothing else left."""
+    from gpuspark.cli.main import main
+
+    monkeypatch.setenv("GPUSPARK_STATE_DIR", str(local_cluster.state_dir))
+    ds = small_disk / "ds"
+    assert main(["prep", "images", str(_images(tmp_path / "a", 8, 0)), str(ds), "--json"]) == 0
+    m_old = _assert_consistent(ds)
+    before = _snapshot(ds)
+    big = tmp_path / "b"
+    synth_images(big, classes=2, per_class=40, seed=2)  # ~0.5 MB of shards: does not fit
+    capsys.readouterr()
+    assert main(["prep", "images", str(big), str(ds), "--overwrite", "--json"]) == 1
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert errors == [
+        "error: prep images: no space left on device; nothing was written; the old dataset, "
+        "if any, is unchanged (free space where the output goes, or write it elsewhere)"
+    ]
+    assert _snapshot(ds) == before and _assert_consistent(ds).extra == m_old.extra
+    assert [p.name for p in small_disk.iterdir()] == ["ds"]  # no staging, no partial shard

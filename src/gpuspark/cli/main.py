@@ -7,6 +7,7 @@ code 1 (``GPUSPARK_DEBUG=1`` shows the traceback).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -117,6 +118,30 @@ def _path_error(exc: OSError) -> GpusparkError:
     return error
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it, or a Spark task's error it carries as text) is a
+    write that ran out of space (``ENOSPC``)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, OSError) and cur.errno == errno.ENOSPC:
+            return True
+        if f"[Errno {errno.ENOSPC}] No space left on device" in str(cur):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _disk_full_error(argv: list[str] | None) -> GpusparkError:
+    words = _command_words(sys.argv[1:] if argv is None else argv)
+    kept = _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
+    return GpusparkError(
+        f"{words}: no space left on device; {kept}",
+        remedy="free space where the output goes, or write it elsewhere",
+    )
+
+
 # What an interrupted command leaves behind, by command (its first words); default: nothing.
 _KEPT_ON_INTERRUPT = {
     "prep": "nothing was written; the old dataset, if any, is unchanged",
@@ -184,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         return _report(exc)
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
         return _report(_path_error(exc))
+    except OSError as exc:
+        if not _disk_full(exc):
+            raise
+        return _report(_disk_full_error(argv))
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except typer.Abort:
@@ -196,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         if callable(show) and isinstance(code, int):
             show()
             return code
+        if _disk_full(exc):  # a Spark task's ENOSPC reaches the driver as a Spark error
+            return _report(_disk_full_error(argv))
         raise
     if rc == 130:  # typer returns a Ctrl-C inside a command as exit code 130
         return _interrupted(None, argv)
