@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from _proc import WILDCARD, descendants, listeners_of  # tests/_proc.py
 from gpuspark.cluster.security import (
     REDACTED,
     SECRET_KEY,
@@ -170,66 +171,6 @@ def test_secure_cluster_refuses_a_client_without_the_secret(tmp_path: Path, cli:
 # --------------------------------------------------------------------------- listeners
 
 
-def _listening() -> dict[str, tuple[str, int]]:
-    """Socket inode -> (local address, port) of every listening TCP socket (/proc/net)."""
-    out: dict[str, tuple[str, int]] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] != "0A":  # TCP_LISTEN
-                continue
-            addr, port = fields[1].split(":")
-            out[fields[9]] = (_address(addr), int(port, 16))
-    return out
-
-
-def _address(hex_addr: str) -> str:
-    if len(hex_addr) == 8:
-        return ".".join(str(b) for b in bytes.fromhex(hex_addr)[::-1])
-    words = [bytes.fromhex(hex_addr[i : i + 8])[::-1] for i in range(0, 32, 8)]
-    raw = b"".join(words)
-    if raw[:12] == b"\0" * 10 + b"\xff\xff":
-        return ".".join(str(b) for b in raw[12:])  # IPv4-mapped, as Java binds
-    return "::" if raw == b"\0" * 16 else raw.hex()
-
-
-def _descendants(roots: set[int]) -> set[int]:
-    children: dict[int, set[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, set()).add(int(entry.name))
-    found, todo = set(roots), list(roots)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _listeners_of(pids: set[int]) -> list[tuple[int, str, int]]:
-    sockets = _listening()
-    out = []
-    for pid in pids:
-        try:
-            fds = list(Path(f"/proc/{pid}/fd").iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(fd)
-            except OSError:
-                continue
-            inode = link[len("socket:[") : -1] if link.startswith("socket:[") else ""
-            if inode in sockets:
-                out.append((pid, *sockets[inode]))
-    return out
-
-
 @pytest.mark.spark
 def test_no_spark_or_gpuspark_listener_on_every_interface(local_cluster: Any, spark: Any) -> None:
     """Everything this test run started (the embedded cluster's daemons and executors, the
@@ -237,9 +178,9 @@ def test_no_spark_or_gpuspark_listener_on_every_interface(local_cluster: Any, sp
     only."""
     assert spark.sparkContext.parallelize(range(8), 4).sum() == 28
     assert spark.conf.get("spark.ui.enabled") == "true"
-    listeners = _listeners_of(_descendants({os.getpid()}))
+    listeners = listeners_of(descendants({os.getpid()}))
     ports = {port for _pid, _addr, port in listeners}
     assert local_cluster.state.webui_port in ports and local_cluster.state.master_port in ports
     assert int(spark.sparkContext.uiWebUrl.rsplit(":", 1)[1]) in ports  # the driver's UI
-    wide = [x for x in listeners if x[1] in ("0.0.0.0", "::")]
+    wide = [x for x in listeners if x[1] in WILDCARD]
     assert not wide, f"listening on every interface: {wide}"

@@ -7,7 +7,6 @@ the Spark master and workers, executors, the driver, the training ranks.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import signal
 import subprocess
@@ -17,79 +16,14 @@ from pathlib import Path
 
 import pytest
 
-WILDCARD = ("0.0.0.0", "::")
+from _proc import WILDCARD, command, descendants, listeners_of  # tests/_proc.py
+
 Listener = tuple[int, str, int, str]
 """(pid, local address, port, command) of a listening socket."""
 
 
-def _address(hex_addr: str) -> str:
-    """``/proc/net/tcp{,6}`` local address (little-endian words) as text; IPv4-mapped IPv6
-    (as Java binds) as IPv4."""
-    raw = b"".join(bytes.fromhex(hex_addr[i : i + 8])[::-1] for i in range(0, len(hex_addr), 8))
-    ip = ipaddress.ip_address(raw)
-    return str(getattr(ip, "ipv4_mapped", None) or ip)
-
-
-def _listening() -> dict[str, tuple[str, int]]:
-    """Socket inode -> (local address, port) of every listening TCP socket."""
-    out: dict[str, tuple[str, int]] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A":  # TCP_LISTEN
-                addr, port = fields[1].split(":")
-                out[fields[9]] = (_address(addr), int(port, 16))
-    return out
-
-
-def _descendants(root: int) -> set[int]:
-    children: dict[int, set[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, set()).add(int(entry.name))
-    found, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), set()) - found:
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _command(pid: int) -> str:
-    """``[comm] cmdline``, a Java command from its main class on (past classpath and flags)."""
-    proc = Path(f"/proc/{pid}")
-    try:
-        comm = (proc / "comm").read_text().strip()
-        args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return "?"
-    if "-cp" in args[:-1]:
-        rest = args[args.index("-cp") + 2 :]
-        args = args[:1] + rest[next((i for i, a in enumerate(rest) if a[:1] != "-"), 0) :]
-    return f"[{comm}] " + " ".join(args).strip()[:200]
-
-
-def _listeners_of(pids: set[int]) -> set[Listener]:
-    """(pid, address, port, cmdline) of each listening socket the ``pids`` hold."""
-    sockets, out = _listening(), set[Listener]()
-    for pid in pids:
-        try:
-            fds = list(Path(f"/proc/{pid}/fd").iterdir())
-        except OSError:  # the process ended
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(fd)
-            except OSError:  # the fd closed meanwhile
-                continue
-            inode = link[len("socket:[") : -1] if link.startswith("socket:[") else ""
-            if inode in sockets:
-                out.add((pid, *sockets[inode], _command(pid)))
-    return out
+def _listeners_with_commands(pids: set[int]) -> set[Listener]:
+    return {(pid, addr, port, command(pid)) for pid, addr, port in listeners_of(pids)}
 
 
 def _stop_leftover_cluster(state_dir: Path) -> None:
@@ -109,7 +43,7 @@ def _run_watched(argv: list[str], log: Path, cluster_dir: Path) -> tuple[int, se
     try:
         deadline = time.monotonic() + 480
         while proc.poll() is None and time.monotonic() < deadline:
-            seen |= _listeners_of(_descendants(proc.pid))
+            seen |= _listeners_with_commands(descendants({proc.pid}))
             time.sleep(0.3)
     finally:
         if proc.poll() is None:

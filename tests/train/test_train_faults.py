@@ -8,6 +8,7 @@ The host-loss tests come last: each kills a worker for good, and the cluster has
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 from test_tabular_recipe import write_tabular  # a sibling module (tests/train is on sys.path)
 
-from gpuspark.cli.main import main
+from _cluster import hosts_cluster  # tests/_cluster.py
+from _proc import comm, descendants  # tests/_proc.py
 from gpuspark.cluster.local import LocalCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -37,16 +39,8 @@ _STEP = re.compile(r"step-(\d{9})\.pt$")
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """``gpuspark cluster up --hosts 3``: 3 workers of 2 cores and 1 (simulated) GPU each."""
-    state = str(tmp_path_factory.mktemp("three-hosts") / "state")
-    argv = ["cluster", "up", "--hosts", "3", "--workers", "3", "--cores", "2", "--gpus", "1"]
-    assert main([*argv, "--memory", "2g", "--state-dir", state]) == 0
-    cluster = LocalCluster.running(state)
-    assert cluster is not None
-    try:
-        yield cluster
-    finally:
-        main(["cluster", "down", "--state-dir", state])
+    """``gpuspark cluster up --hosts 3``."""
+    yield from hosts_cluster(tmp_path_factory, 3)
 
 
 @pytest.fixture(scope="module")
@@ -113,39 +107,10 @@ def _wait_for_step(directory: Path, beyond: int, proc: subprocess.Popen[bytes]) 
     raise AssertionError(f"no checkpoint past step {beyond} in {directory}")
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        tree.setdefault(ppid, []).append(int(entry.name))
-    return tree
-
-
-def _descendants(roots: list[int]) -> list[int]:
-    tree, out, todo = _children(), [], list(roots)
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(tree.get(pid, []))
-    return out
-
-
-def _named(cluster: LocalCluster, comm: str) -> list[int]:
-    """Processes below the cluster's workers named ``comm`` (ranks: ``gpuspark-rank<N>``)."""
+def _named(cluster: LocalCluster, name: str) -> list[int]:
+    """Processes below the cluster's workers named ``name`` (ranks: ``gpuspark-rank<N>``)."""
     assert cluster.state is not None
-    found = []
-    for pid in _descendants([w.pid for w in cluster.state.workers]):
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
-                found.append(pid)
-        except OSError:
-            continue
-    return found
+    return sorted(p for p in descendants(w.pid for w in cluster.state.workers) if comm(p) == name)
 
 
 @pytest.fixture(scope="module")
@@ -206,26 +171,18 @@ def test_driver_sigkill_then_resume_ends_bitwise_equal(
     _assert_bitwise_equal(_final_weights(ckpt), reference["weights"])
 
 
-def _kill_host_of(cluster: LocalCluster, comm: str) -> str:
+def _kill_host_of(cluster: LocalCluster, name: str) -> str:
     """SIGKILL the worker (and everything below it: executor, Python workers, agent, ranks)
-    whose processes include ``comm``, as if that machine went away; return its address."""
+    whose processes include one named ``name``, as if that machine went away; its address."""
     assert cluster.state is not None
     for worker in cluster.state.workers:
-        tree = _descendants([worker.pid])
-        names = set()
-        for pid in tree:
-            try:
-                names.add(Path(f"/proc/{pid}/comm").read_text().strip())
-            except OSError:
-                continue
-        if comm in names:
+        tree = descendants([worker.pid])
+        if any(comm(pid) == name for pid in tree):
             for pid in tree:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             return worker.host
-    raise AssertionError(f"no worker runs {comm}")
+    raise AssertionError(f"no worker runs {name}")
 
 
 def test_lost_host_is_retried_on_the_remaining_hosts(
