@@ -29,8 +29,8 @@ def _children() -> dict[int, set[int]]:
 
 def descendants(roots: Iterable[int]) -> set[int]:
     """``roots`` and every process below them."""
-    tree = _children()
-    found, todo = set(roots), list(roots)
+    tree, todo = _children(), list(roots)
+    found = set(todo)
     while todo:
         for child in tree.get(todo.pop(), set()) - found:
             found.add(child)
