@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from types import FrameType
 from typing import Annotated
 
@@ -121,16 +122,11 @@ def _path_error(exc: OSError) -> GpusparkError:
 def _disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it, or a Spark task's error it carries as text) is a
     write that ran out of space (``ENOSPC``)."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, OSError) and cur.errno == errno.ENOSPC:
-            return True
-        if f"[Errno {errno.ENOSPC}] No space left on device" in str(cur):
-            return True
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return False
+    text = f"[Errno {errno.ENOSPC}] No space left on device"
+    return any(
+        (isinstance(cur, OSError) and cur.errno == errno.ENOSPC) or text in str(cur)
+        for cur in _chain(exc)
+    )
 
 
 def _disk_full_error(argv: list[str] | None) -> GpusparkError:
@@ -157,16 +153,19 @@ def _interrupt_types() -> tuple[type[BaseException], ...]:
     return (KeyboardInterrupt, *extra)
 
 
-def _by_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C, or was raised while one was being handled."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it (``__cause__``, else ``__context__``), each once."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
-        if isinstance(cur, KeyboardInterrupt):
-            return True
+        yield cur
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
-    return False
+
+
+def _by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C, or was raised while one was being handled."""
+    return any(isinstance(cur, KeyboardInterrupt) for cur in _chain(exc))
 
 
 def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:

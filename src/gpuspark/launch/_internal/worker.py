@@ -31,33 +31,29 @@ __all__ = ["entry", "main", "set_parent_death_signal", "set_process_name"]
 _TRACEBACK_LINES = 20
 
 
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send ``sig`` to this process when its parent exits (no-op elsewhere)."""
+def _prctl(option: int, arg: Any) -> None:
+    """``prctl(option, arg)`` on Linux; nothing elsewhere or with an exotic libc."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
-    pr_set_pdeathsig = 1
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(pr_set_pdeathsig, int(sig), 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - exotic libc
         return
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent exits (no-op elsewhere)."""
+    _prctl(1, int(sig))  # PR_SET_PDEATHSIG
 
 
 def set_process_name(name: str) -> None:
     """Name this process (``/proc/<pid>/comm``, what ``ps -o comm`` and ``top`` show; Linux
     keeps 15 bytes) so an operator can tell ranks apart; no-op elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return
     import ctypes
 
-    pr_set_name = 15
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(pr_set_name, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - exotic libc
-        return
+    _prctl(15, ctypes.c_char_p(name.encode()[:15]))  # PR_SET_NAME
 
 
 def _rank() -> str:
