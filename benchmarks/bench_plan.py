@@ -100,7 +100,8 @@ def _rank(opts: Any, reps: int) -> dict[str, Any]:
     torch.set_num_threads(opts.threads)
     backend = ddp.init_distributed()
     out: dict[str, Any] = {"backend": backend, "rows": [], "probes": [], "fits": []}
-    for _ in range(reps):
+    t0 = time.perf_counter()
+    for rep in range(reps):
         out["rows"].append(allreduce_rows(opts.sizes, opts.iters))
         probes, fits = [], {}
         for comp in COMPRESSIONS:  # each probe right before the training it predicts
@@ -109,6 +110,10 @@ def _rank(opts: Any, reps: int) -> dict[str, Any]:
             fits[comp] = _fit_steps(*args)
         out["probes"].append(probes)
         out["fits"].append(fits)
+        if torch.distributed.get_rank() == 0:  # progress: a full run takes minutes
+            done = time.perf_counter() - t0
+            print(f"bench_plan: {opts.recipe} repetition {rep + 1}/{reps} done in {done:.0f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
     return out
 
 
