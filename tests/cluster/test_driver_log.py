@@ -37,3 +37,19 @@ def test_config_sends_everything_to_the_file(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv(driver_log.CONSOLE_LEVEL_ENV, "nonsense")
     driver_log.write_log_config()
     assert "threshold.level = error" in target.with_suffix(".log4j2.properties").read_text()
+
+
+def test_the_starvation_warning_reaches_the_console_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUSPARK_LOG_DIR", str(tmp_path))
+    monkeypatch.setattr(driver_log, "_FILE", None)
+    monkeypatch.delenv(driver_log.CONSOLE_LEVEL_ENV, raising=False)
+    config = driver_log.write_log_config().with_suffix(".log4j2.properties")
+    text = config.read_text()
+    assert f"regex = .*{driver_log.STARVING}.*" in text
+    assert "logger.waiting.name = org.apache.spark.scheduler.TaskSchedulerImpl" in text
+    assert "%d{yy/MM/dd HH:mm:ss}" in text and "{{" not in text
+    monkeypatch.setenv(driver_log.CONSOLE_LEVEL_ENV, "warn")  # the console shows it already
+    driver_log.write_log_config()
+    assert "appender.waiting" not in config.read_text()

@@ -3,7 +3,9 @@ simulated GPUs; executors of 8 cores and 2 GPUs): two teams' concurrent applicat
 capped team never above its ``max_gpus`` (figures from the master's and workers' ``/json/``);
 ``quota status`` live; ``quota why`` for an executor shape no worker holds and for a team at
 its ceiling. Applications other than the first run in subprocesses (one SparkContext per
-process)."""
+process). The one whose shape no worker holds is built with PySpark's own builder, as
+``spark-submit`` or another tool would: gpuspark's session path refuses that shape before it
+reaches the master (:mod:`gpuspark.cluster.fit`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from typing import Any
 
 import pytest
 
+from gpuspark.cluster import fit
+from gpuspark.cluster.session import session_plan
+from gpuspark.errors import ClusterError
 from gpuspark.quota import sources, status, team, why
 from gpuspark.spec import ClusterSpec, default_spec
 
@@ -25,10 +30,19 @@ pytestmark = pytest.mark.spark
 _APP = """
 import json, os, sys, time
 from gpuspark.cluster.local import LocalCluster
-from gpuspark.cluster.session import session
+from gpuspark.cluster.session import session, session_plan
 state_dir, name, conf, stop = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
 cluster = LocalCluster.running(state_dir)
-spark = session(cluster.master_url, cluster=cluster, app_name=name, **conf)
+if sys.argv[5] == "gpuspark":
+    spark = session(cluster.master_url, cluster=cluster, app_name=name, **conf)
+else:  # a foreign application: gpuspark's settings, Spark's own builder, no checks
+    from pyspark.sql import SparkSession
+    plan = session_plan(cluster.master_url, cluster=cluster, app_name=name, **conf)
+    os.environ.update(plan.env)
+    builder = SparkSession.builder.master(plan.master).appName(name)
+    for key, value in plan.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
 deadline = time.time() + 120
 while not os.path.exists(stop) and time.time() < deadline:
     time.sleep(0.5)
@@ -63,9 +77,9 @@ def apps(tmp_path: Path, local_cluster: Any) -> Iterator[Callable[..., subproces
     stop = tmp_path / "stop"
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str, conf: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(name: str, conf: dict[str, str], via: str = "gpuspark") -> subprocess.Popen[bytes]:
         args = [sys.executable, str(script), str(local_cluster.state_dir), name]
-        proc = subprocess.Popen([*args, json.dumps(conf), str(stop)])
+        proc = subprocess.Popen([*args, json.dumps(conf), str(stop), via])
         started.append(proc)
         return proc
 
@@ -115,7 +129,9 @@ def test_two_teams_capped_status_and_why(
     apps(team.team_app_name("qc", "vision"), {**vision, **quick})
     big = {**nlp, **quick, "spark.executor.resource.gpu.amount": "4"}
     big["spark.task.resource.gpu.amount"] = "0.5"
-    apps(team.team_app_name("qd", "nlp"), big)
+    with pytest.raises(ClusterError, match="can never start"):  # gpuspark's own path refuses it
+        fit.check_fits(master, session_plan(master, cluster=local_cluster, **big).conf, web)
+    apps(team.team_app_name("qd", "nlp"), big, via="pyspark")
     waiting = _wait(
         lambda: (s := snap()) and len([x for x in s.apps if x.state == "WAITING"]) == 2 and s,
         "two waiting apps",

@@ -5,6 +5,10 @@ progress bars. Sessions built by gpuspark start the driver JVM with a log4j2 con
 writes the whole driver log (INFO and up) to ``<log dir>/driver-<time>-<pid>.log`` and shows
 only ERROR on the console (``GPUSPARK_SPARK_CONSOLE_LEVEL=warn``, or ``gpuspark -v``, shows
 more). The log dir is ``$GPUSPARK_LOG_DIR`` or ``~/.gpuspark/logs``.
+
+One WARN line passes to the console at any level: the scheduler's ``Initial job has not
+accepted any resources`` (repeated every ``spark.starvation.timeout``, 15 s), so that a job
+waiting for executors on a busy cluster says so instead of hanging in silence.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 __all__ = [
     "CONSOLE_LEVEL_ENV",
+    "STARVING",
     "driver_java_options",
     "driver_log_file",
     "log_dir",
@@ -55,6 +60,24 @@ logger.parquet.name = org.apache.parquet
 logger.parquet.level = error
 logger.hadoop.name = org.apache.hadoop
 logger.hadoop.level = warn
+{waiting}"""
+
+STARVING = "Initial job has not accepted any resources"
+"""Spark's ``TaskSchedulerImpl`` warning while a job's tasks wait for executors."""
+
+_WAITING = f"""\
+# A job waiting for executors says so at every console level ({STARVING}).
+logger.waiting.name = org.apache.spark.scheduler.TaskSchedulerImpl
+logger.waiting.appenderRef.waiting.ref = waiting
+appender.waiting.type = Console
+appender.waiting.name = waiting
+appender.waiting.target = SYSTEM_ERR
+appender.waiting.layout.type = PatternLayout
+appender.waiting.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n
+appender.waiting.filter.starving.type = RegexFilter
+appender.waiting.filter.starving.regex = .*{STARVING}.*
+appender.waiting.filter.starving.onMatch = ACCEPT
+appender.waiting.filter.starving.onMismatch = DENY
 """
 
 
@@ -95,7 +118,9 @@ def write_log_config() -> Path:
     """Write the log4j2 configuration (idempotent) and return the driver log's path."""
     target = driver_log_file()
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = _TEMPLATE.format(console=_console_level(), file=target)
+    level = _console_level()
+    shown = _LEVELS.index(level) >= _LEVELS.index("warn")  # the console has it already
+    text = _TEMPLATE.format(console=level, file=target, waiting="" if shown else _WAITING)
     config = _config_file()
     tmp = config.with_name(f".{config.name}.tmp")
     tmp.write_text(text, encoding="utf-8")

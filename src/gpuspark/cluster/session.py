@@ -71,6 +71,8 @@ class SessionPlan:
     app_name: str
     conf: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    master_ui: str | None = None
+    """A standalone master's web UI when known (the embedded cluster's), else ``None``."""
 
     def materialize(self) -> str:
         """The equivalent ``spark-submit`` command line (a dry run)."""
@@ -281,9 +283,12 @@ def session_plan(
     merged: dict[str, str] = driver_metrics_conf()  # the spec's [spark.conf] may override
     if cluster is None and target.startswith("spark://"):
         cluster = _embedded_at(target, state_dir)
+    master_ui = None
     if target in EMBEDDED_MASTERS or cluster is not None:
         found = _embedded(cluster, state_dir)
         resolved = found.master_url
+        if found.state is not None:
+            master_ui = f"http://{found.state.host}:{found.state.webui_port}"
         merged.update(local_defaults())
         merged.update(_embedded_conf(spec_obj, found))
         merged.update(_embedded_security(spec_obj, found))
@@ -307,7 +312,9 @@ def session_plan(
     if merged.get("spark.driver.bindAddress") == "127.0.0.1":
         # The driver's web UI binds to SPARK_LOCAL_IP, else to every interface.
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    return SessionPlan(master=resolved, app_name=app_name, conf=merged, env=env)
+    return SessionPlan(
+        master=resolved, app_name=app_name, conf=merged, env=env, master_ui=master_ui
+    )
 
 
 def session(
@@ -325,6 +332,8 @@ def session(
     ``master`` may be ``local[*]``, ``spark://host:port``, ``yarn``, ``k8s://…``, or ``None``
     for the spec's master (``local-cluster``: the running embedded cluster). See
     :func:`session_plan`; :func:`job_session` also starts the embedded cluster when needed.
+    Raises :class:`ClusterError`, before Spark starts, when a standalone master's workers
+    (its ``/json/`` page, when readable) cannot hold even one executor of the shape asked for.
     """
     plan = session_plan(
         master, spec, kind=kind, app_name=app_name, cluster=cluster, state_dir=state_dir, **conf
@@ -341,7 +350,14 @@ def session(
 
     from gpuspark.cluster.driver_log import write_log_config
 
-    fresh = SparkSession.getActiveSession() is None
+    active = SparkSession.getActiveSession()
+    fresh = active is None
+    if active is None:
+        from gpuspark.cluster.fit import check_fits
+
+        check_fits(plan.master, plan.conf, plan.master_ui)  # before Spark waits in silence
+    else:
+        _check_reuse(active, plan.master)
     log_file = write_log_config() if fresh else None
     builder = SparkSession.builder.master(plan.master).appName(plan.app_name)
     for key, value in plan.conf.items():
@@ -354,6 +370,19 @@ def session(
     if log_file is not None and log_file.exists():
         log.info("Spark driver log: %s", log_file)
     return spark
+
+
+def _check_reuse(active: SparkSession, master: str) -> None:
+    """``getOrCreate`` hands out the process's active session whatever master is asked for
+    (one SparkContext per JVM): refuse instead of running the job on the other cluster."""
+    current = str(active.sparkContext.master)
+    if current != master:
+        raise ClusterError(
+            f"this process already has a Spark session on {current}; a second one on "
+            f"{master} cannot start (one SparkContext per process)",
+            remedy="stop the first (spark.stop()) before asking for another master, "
+            "or run the job in its own process",
+        )
 
 
 @contextlib.contextmanager
