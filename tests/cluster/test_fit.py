@@ -93,6 +93,15 @@ def test_live_master_page_refuses_and_names_the_fix(local_cluster: Any) -> None:
     assert master_workers("spark://127.0.0.1:1", ui) is None
 
 
+def _driver(code: str, cluster: Any, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``code`` as a new driver process (argv[1]: the cluster's state dir), console as a user's."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env.pop("GPUSPARK_SPEC", None)
+    env.pop("GPUSPARK_SPARK_CONSOLE_LEVEL", None)
+    argv = [sys.executable, "-c", code, str(cluster.state_dir)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.spark
 def test_session_refuses_in_seconds_instead_of_waiting(local_cluster: Any) -> None:
     """A new driver (its own process: no active session) asking for more memory per executor
@@ -108,13 +117,8 @@ def test_session_refuses_in_seconds_instead_of_waiting(local_cluster: Any) -> No
         "    print('refused:', exc, '|', exc.remedy)\n"
         "    sys.exit(3)\n"
     )
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    env.pop("GPUSPARK_SPEC", None)
     t0 = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(local_cluster.state_dir)],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = _driver(code, local_cluster, timeout=120)
     took = time.monotonic() - t0
     assert out.returncode == 3, out.stdout + out.stderr
     assert "can never start this job's executors" in out.stdout
@@ -139,13 +143,7 @@ def test_a_job_waiting_on_a_busy_cluster_says_so(spark: Any, local_cluster: Any)
         "s.sparkContext.cancelAllJobs()\n"
         "s.stop()\n"
     )
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    env.pop("GPUSPARK_SPEC", None)
-    env.pop("GPUSPARK_SPARK_CONSOLE_LEVEL", None)
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(local_cluster.state_dir)],
-        env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+    out = _driver(code, local_cluster, timeout=180)
     assert "Initial job has not accepted any resources" in out.stderr, out.stderr[-3000:]
     assert " WARN " not in out.stderr.replace("WARN TaskSchedulerImpl", ""), out.stderr[-3000:]
 
