@@ -63,10 +63,15 @@ def _gpu_of_each_rank(out_dir: str) -> None:
 def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
     tmp_path: Path, cli: Any
 ) -> None:
+    from pyspark.sql import SparkSession
+
     from gpuspark.cluster.driver_log import driver_log_file
     from gpuspark.cluster.local import LocalCluster
     from gpuspark.launch import run
 
+    active = SparkSession.getActiveSession()
+    if active is not None:  # the shared test session: one SparkContext per process, and the
+        active.stop()  # sessions below must be this cluster's (conftest rebuilds its own)
     state = tmp_path / "state"
     spec = ROOT / "examples" / "cluster.toml"
     try:
@@ -81,6 +86,7 @@ def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
         assert cluster is not None
 
         data = cluster.session(kind="data", app_name="spine-data")
+        assert data.sparkContext.master == cluster.master_url
         try:
             slots = shape["task_slots"]
             probe = _rendezvous_probe(str(tmp_path / "probe"), slots)
