@@ -158,3 +158,37 @@ def test_an_active_session_on_another_master_is_not_handed_out(spark: Any) -> No
         session(master="local[2]")
     assert spark.sparkContext.master in str(err.value) and "local[2]" in str(err.value)
     assert session(master=spark.sparkContext.master) is spark  # the same master is reused
+
+
+def test_the_page_is_read_at_the_specs_master_ui_port() -> None:
+    """A standalone master's UI on another port than 8080 (``spark.master.ui.port`` in the
+    spec's ``[spark.conf]``). The page served is the captured master page, on a local HTTP
+    server standing in for the master's web UI."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    body = PAGE.read_bytes()
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server calls it by this name
+            self.send_response(200 if self.path == "/json/" else 404)
+            self.end_headers()
+            self.wfile.write(body if self.path == "/json/" else b"")
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = HTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    master = json.loads(body)["url"]  # spark://127.0.0.1:40037, the host the page names
+    try:
+        port = str(server.server_port)
+        check_fits(master, {"spark.master.ui.port": port, "spark.executor.memory": "4g"})
+        with pytest.raises(ClusterError, match="65536 MB"):
+            check_fits(master, {"spark.master.ui.port": port, "spark.executor.memory": "64g"})
+        # the same page does not answer for another master
+        check_fits(
+            "spark://127.0.0.1:7077", {"spark.master.ui.port": port, "spark.executor.memory": "64g"}
+        )
+    finally:
+        server.shutdown()

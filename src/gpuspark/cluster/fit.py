@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from gpuspark.cluster.shape import parse_memory_mb
 from gpuspark.errors import ClusterError
 
 __all__ = ["MASTER_UI_PORT", "ExecutorNeed", "check_fits", "master_workers", "unfit_reason"]
@@ -41,6 +40,8 @@ class ExecutorNeed:
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> ExecutorNeed:
         """From ``spark.executor.cores``, ``.memory`` (Spark's default 1g) and GPU amount."""
+        from gpuspark.cluster.shape import parse_memory_mb  # it imports the spec models
+
         gpus = float(conf.get("spark.executor.resource.gpu.amount", 0) or 0)
         return cls(
             cores=int(conf.get("spark.executor.cores", 0) or 0),
@@ -101,13 +102,15 @@ def _fix(need: ExecutorNeed, workers: Sequence[Mapping[str, Any]]) -> str:
     return f"set {which} (the spec's [spark] table or --conf), or add a larger worker"
 
 
-def master_workers(master: str, ui_url: str | None, timeout: float = 2.0) -> list[Any] | None:
+def master_workers(
+    master: str, ui_url: str | None, timeout: float = 2.0, port: int | str = MASTER_UI_PORT
+) -> list[Any] | None:
     """The workers on the ``/json/`` page of the standalone master ``master`` (``None``: no
-    page answered, or it belongs to another master). ``ui_url`` defaults to port 8080 of the
-    master's host; a high-availability URL (several hosts) is not probed."""
+    page answered, or it belongs to another master). ``ui_url`` defaults to ``port`` (8080)
+    of the master's host; a high-availability URL (several hosts) is not probed."""
     if not master.startswith("spark://") or "," in master:
         return None
-    base = ui_url or f"http://{urlparse(master).hostname}:{MASTER_UI_PORT}"
+    base = ui_url or f"http://{urlparse(master).hostname}:{port}"
     try:
         with urllib.request.urlopen(f"{base.rstrip('/')}/json/", timeout=timeout) as resp:
             page = json.load(resp)
@@ -121,8 +124,11 @@ def master_workers(master: str, ui_url: str | None, timeout: float = 2.0) -> lis
 
 def check_fits(master: str, conf: Mapping[str, str], ui_url: str | None = None) -> None:
     """Raise :class:`ClusterError` when no worker of ``master`` can ever hold one executor of
-    ``conf``'s shape; nothing when it can, or when the master's page cannot be read."""
-    workers = master_workers(master, ui_url)
+    ``conf``'s shape; nothing when it can, or when the master's page cannot be read (its port:
+    ``spark.master.ui.port`` in ``conf``, as the spec's ``[spark.conf]`` may set it, else 8080).
+    """
+    port = conf.get("spark.master.ui.port", MASTER_UI_PORT)
+    workers = master_workers(master, ui_url, port=port)
     if not workers:
         return
     need = ExecutorNeed.from_conf(conf)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuspark.cluster.fit import MASTER_UI_PORT
 from gpuspark.monitor import names
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ JOB_SPARK_MASTER_APPS = "spark-master-apps"
 """The standalone master's ``/metrics/applications/prometheus`` (per-application gauges)."""
 ALERTMANAGER_ADDRESS = "localhost:9093"
 """Where the rendered ``prometheus.yml`` sends alerts (Alertmanager's default port)."""
-MASTER_UI_PORT = 8080
 
 _PATHS = {
     names.JOB_SPARK_MASTER: "/metrics/master/prometheus",
