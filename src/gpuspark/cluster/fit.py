@@ -21,7 +21,14 @@ from urllib.parse import urlparse
 
 from gpuspark.errors import ClusterError
 
-__all__ = ["MASTER_UI_PORT", "ExecutorNeed", "check_fits", "master_workers", "unfit_reason"]
+__all__ = [
+    "MASTER_UI_PORT",
+    "ExecutorNeed",
+    "check_fits",
+    "gpu_count",
+    "master_workers",
+    "unfit_reason",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +65,15 @@ class ExecutorNeed:
         return ", ".join(parts)
 
 
-def _gpus(worker: Mapping[str, Any]) -> int:
-    gpu = (worker.get("resources") or {}).get("gpu") or {}
+def gpu_count(resources: Any) -> int:
+    """GPU addresses in a master/worker ``/json/`` resources map (``resources``,
+    ``resourcesfree``, an executor's ``resources``)."""
+    gpu = (resources or {}).get("gpu") or {}
     return len(gpu.get("addresses") or [])
+
+
+def _gpus(worker: Mapping[str, Any]) -> int:
+    return gpu_count(worker.get("resources"))
 
 
 def _short(worker: Mapping[str, Any]) -> str:

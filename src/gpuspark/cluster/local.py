@@ -155,6 +155,13 @@ class LocalCluster:
         return self.state.master_url
 
     @property
+    def web_ui(self) -> str | None:
+        """``http://host:port`` of the running master's web UI (``None``: not running)."""
+        if self.state is None:
+            return None
+        return f"http://{self.state.host}:{self.state.webui_port}"
+
+    @property
     def gpus_simulated(self) -> bool:
         """True when the workers advertise simulated GPU slots (no NVIDIA GPU found)."""
         return bool(self.state and self.state.gpus_simulated)
@@ -343,7 +350,7 @@ class LocalCluster:
         """The master's JSON status page (``/json/``), or ``None`` if it does not answer."""
         if self.state is None:
             return None
-        url = f"http://{self.state.host}:{self.state.webui_port}/json/"
+        url = f"{self.web_ui}/json/"
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp:
                 return dict(json.load(resp))
@@ -363,7 +370,7 @@ class LocalCluster:
             running=pid_alive(self.state.master_pid),
             state_dir=str(self.state_dir),
             master_url=self.state.master_url,
-            web_ui=f"http://{self.state.host}:{self.state.webui_port}",
+            web_ui=self.web_ui or "",
             master_pid=self.state.master_pid,
             master_alive=bool(info),
             gpus_simulated=self.state.gpus_simulated,

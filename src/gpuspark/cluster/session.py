@@ -286,9 +286,7 @@ def session_plan(
     master_ui = None
     if target in EMBEDDED_MASTERS or cluster is not None:
         found = _embedded(cluster, state_dir)
-        resolved = found.master_url
-        if found.state is not None:
-            master_ui = f"http://{found.state.host}:{found.state.webui_port}"
+        resolved, master_ui = found.master_url, found.web_ui
         merged.update(local_defaults())
         merged.update(_embedded_conf(spec_obj, found))
         merged.update(_embedded_security(spec_obj, found))
@@ -351,13 +349,13 @@ def session(
     from gpuspark.cluster.driver_log import write_log_config
 
     active = SparkSession.getActiveSession()
-    fresh = active is None
     if active is None:
         from gpuspark.cluster.fit import check_fits
 
         check_fits(plan.master, plan.conf, plan.master_ui)  # before Spark waits in silence
     else:
         _check_reuse(active, plan.master)
+    fresh = active is None
     log_file = write_log_config() if fresh else None
     builder = SparkSession.builder.master(plan.master).appName(plan.app_name)
     for key, value in plan.conf.items():

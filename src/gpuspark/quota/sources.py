@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark.cluster.fit import gpu_count
 from gpuspark.errors import ClusterError
 from gpuspark.quota.team import app_team
 
@@ -128,11 +129,6 @@ class StandaloneSnapshot:
         return None
 
 
-def _gpu_count(resources: Any) -> int:
-    gpu = (resources or {}).get("gpu") or {}
-    return len(gpu.get("addresses") or [])
-
-
 def _per_executor_gpus(app: dict[str, Any]) -> int:
     for entry in app.get("resourcesperexecutor") or []:
         if entry.get("name") == "gpu":
@@ -154,15 +150,15 @@ def parse_standalone(
                 cores_free=int(w.get("coresfree", 0)),
                 memory_mb=int(w.get("memory", 0)),
                 memory_free_mb=int(w.get("memoryfree", 0)),
-                gpus=_gpu_count(w.get("resources")),
-                gpus_free=_gpu_count(w.get("resourcesfree")),
+                gpus=gpu_count(w.get("resources")),
+                gpus_free=gpu_count(w.get("resourcesfree")),
                 web_url=str(w.get("webuiaddress", "")),
             )
         )
     held: dict[str, list[int]] = {}
     for doc in (workers or {}).values():
         for ex in doc.get("executors") or []:
-            held.setdefault(str(ex.get("appid")), []).append(_gpu_count(ex.get("resources")))
+            held.setdefault(str(ex.get("appid")), []).append(gpu_count(ex.get("resources")))
     for a in master.get("activeapps") or []:
         app_id = str(a.get("id", ""))
         name = str(a.get("name", ""))

@@ -77,8 +77,7 @@ def _embedded_target(state_dir: Any, master_url: str | None = None) -> Target | 
         return None
     if master_url is not None and running.master_url != master_url:
         return None
-    url = f"http://{running.state.host}:{running.state.webui_port}"
-    return Target("standalone", url, running.state.master_log)
+    return Target("standalone", running.web_ui or "", running.state.master_log)
 
 
 def target(
