@@ -103,7 +103,8 @@ def test_prep_images_end_to_end(spark, tmp_path: Path) -> None:
     _corrupt_copies(src / "class_01", src / "class_02", random.Random(5), 4)
     (src / "stray.jpg").write_bytes(b"\xff\xd8 no class folder")
     (src / "class_00" / "README.txt").write_text("hi")
-    inputs = sum(1 for p in src.rglob("*") if p.is_file())
+    # Spark lists no hidden file (synth_images' marker): every other file is an input
+    inputs = sum(1 for p in src.rglob("*") if p.is_file() and not p.name.startswith("."))
     res = prep_images(src, tmp_path / "ds", mode="predecode", size=24, world_size=2, spark=spark)
     assert res.inputs == inputs and res.rows + res.quarantined == inputs
     assert res.quarantined >= 4  # stray, README, truncated copies

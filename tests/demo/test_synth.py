@@ -11,6 +11,7 @@ import pytest
 
 from gpuspark.cli.main import main
 from gpuspark.demo import DatasetExistsError, load_cohort, synth_ct, synth_images
+from gpuspark.demo.staging import MARKER
 
 
 def _digest(root: Path) -> str:
@@ -69,7 +70,7 @@ def test_refuses_non_empty_destination(tmp_path: Path) -> None:
 def test_synth_images_layout(tmp_path: Path) -> None:
     res = synth_images(tmp_path / "i", classes=3, per_class=4, seed=1, png_every=2)
     assert res.classes == ["class_00", "class_01", "class_02"] and res.images == 12
-    files = sorted((tmp_path / "i").rglob("*.*"))
+    files = sorted(f for f in (tmp_path / "i").rglob("*.*") if f.name != MARKER)
     assert len(files) == 12 and {f.suffix for f in files} == {".jpg", ".png"}
 
 

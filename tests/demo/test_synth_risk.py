@@ -51,11 +51,24 @@ def test_non_empty_destination_refused_and_nothing_left_behind(tmp_path: Path) -
     (dst / "keep.txt").write_text("x")
     with pytest.raises(DatasetExistsError, match="already exists and is not empty"):
         synth_risk(dst, 10)
-    # with overwrite the checks pass and Spark would start; the staging folder is removed
-    with pytest.raises(_Started):
+    # overwrite replaces only a folder synth-risk wrote: a user's file is never deleted
+    with pytest.raises(DatasetExistsError, match="was not written by gpuspark"):
         synth_risk(dst, 10, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["risk"]
     assert (dst / "keep.txt").read_text() == "x"
+
+
+def test_overwrite_of_own_output_reaches_spark_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    from gpuspark.demo.staging import commit_dir, staging_dir
+
+    dst = tmp_path / "risk"
+    tmp = staging_dir(dst, overwrite=False)
+    (tmp / "part-0.parquet").write_bytes(b"x")
+    commit_dir(tmp, dst, "datasets synth-risk")
+    with pytest.raises(_Started):  # every check passed; the staging folder is removed
+        synth_risk(dst, 10, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["risk"]
+    assert (dst / "part-0.parquet").read_bytes() == b"x"
 
 
 def test_remote_destination_refused(tmp_path: Path) -> None:

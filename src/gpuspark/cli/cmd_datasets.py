@@ -12,7 +12,14 @@ from gpuspark.cli._common import JsonOpt, MasterOpt, print_json, print_table
 
 DstArg = Annotated[str, typer.Argument(help="Directory to create.")]
 SeedOpt = Annotated[int, typer.Option(help="Random seed (same seed, same files).")]
-OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace a non-empty DST.")]
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Replace DST when it is an earlier output of a datasets command, holding only the "
+        "files it wrote; any other folder is refused.",
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:

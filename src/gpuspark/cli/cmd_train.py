@@ -79,6 +79,14 @@ def train(
     ] = None,
     checkpoint_every: Annotated[int, typer.Option(help="Also every N steps (0: off).")] = 0,
     resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Start a new run in a --checkpoint-dir that holds an earlier one (its "
+            "checkpoints, best.pt and history.json are removed; other files stay).",
+        ),
+    ] = False,
     max_restarts: Annotated[
         int,
         typer.Option(
@@ -149,6 +157,7 @@ def train(
         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
         checkpoint_every=checkpoint_every,
         resume=resume,
+        overwrite=overwrite,
         train_split=None if train_split == "all" else train_split,
         val_split=None if val_split == "none" else val_split,
         test_split=test_split,

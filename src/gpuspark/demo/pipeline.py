@@ -120,6 +120,7 @@ def _pipeline(
         threads=cfg.threads,
         seed=cfg.seed,
         out=str(out / "model"),
+        overwrite=True,  # the demo's own model folder: an earlier demo's run files are replaced
         test_split="test",
         window=cfg.window,
         stem_stride=cfg.stem_stride,

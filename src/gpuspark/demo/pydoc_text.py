@@ -47,7 +47,7 @@ def pydoc_text(
             (tmp / f"{_safe(name)}.txt").write_bytes(data)
             nbytes += len(data)
             words += len(text.split())
-        commit_dir(tmp, root)
+        commit_dir(tmp, root, "datasets pydoc-text")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

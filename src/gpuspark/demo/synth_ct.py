@@ -307,7 +307,7 @@ def synth_ct(
         (tmp / "cohort.json").write_text(
             json.dumps({"seed": seed, "size": size, "series": [asdict(p) for p in written]})
         )
-        commit_dir(tmp, dst)
+        commit_dir(tmp, dst, "datasets synth-ct")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -108,7 +108,7 @@ def synth_images(
                 path = tmp / name / (f"{h}.png" if png else f"{h}.jpg")
                 img.save(path, format="PNG" if png else "JPEG", quality=90)
                 total += path.stat().st_size
-        commit_dir(tmp, dst)
+        commit_dir(tmp, dst, "datasets synth-images")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

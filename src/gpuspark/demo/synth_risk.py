@@ -107,7 +107,7 @@ def synth_risk(
             df.write.mode("overwrite").parquet(str(tmp))
             positives = _positives(sp, str(tmp))
         files = sorted(tmp.glob("*.parquet"))
-        commit_dir(tmp, root)
+        commit_dir(tmp, root, "datasets synth-risk")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

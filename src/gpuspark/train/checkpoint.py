@@ -6,6 +6,12 @@ CUDA) and communication-hook state (PowerSGD error feedback), gathered to rank 0
 rank continues exactly where it stopped. The file is written under a temporary name in the same
 directory and renamed into place, so a run killed at any moment leaves either the previous
 checkpoint or the new one, never half of one. Only the last ``keep`` checkpoints are kept.
+
+Every checkpoint records the ``run_id`` of the training run that wrote it; pruning removes
+only that run's older checkpoints, never another run's, and :func:`latest` continues the run
+that wrote last. ``gpuspark train`` refuses a new run into a directory that holds an earlier
+one (:func:`check_new_run`): ``--resume`` continues it, ``--overwrite`` removes its files
+(:func:`clear_run`) and nothing else.
 Sharded models (FSDP/HSDP) write ``step-<n>.dcp`` directories instead
 (:mod:`gpuspark.train.sharded`); listing, ``latest``, ``inspect`` and ``check_config`` cover both.
 
@@ -35,6 +41,8 @@ __all__ = [
     "Resumed",
     "check_config",
     "check_dir",
+    "check_new_run",
+    "clear_run",
     "config_diff",
     "inspect",
     "latest",
@@ -42,6 +50,7 @@ __all__ = [
     "load",
     "prune",
     "rng_state",
+    "run_files",
     "run_state",
     "save",
     "set_rng_state",
@@ -51,6 +60,11 @@ __all__ = [
 _NAME = re.compile(r"^step-(\d{9})\.(pt|dcp)$")
 """``.pt``: one file (DDP); ``.dcp``: a sharded checkpoint directory (:mod:`.sharded`)."""
 _FRESH = "start a fresh --checkpoint-dir"
+_RUN_FILES = ("best.pt", "history.json")
+"""What ``gpuspark train`` writes besides the checkpoints (in ``--out``, default the
+checkpoint directory)."""
+_RUN_TEMP = re.compile(r"^\.(step-\d{9}\.(pt|dcp)|best\.pt|history\.json)\.tmp")
+"""Temporary names of the above, left by a run killed mid-write."""
 
 
 @dataclass
@@ -66,6 +80,8 @@ class Resumed:
     """Optimizer steps done in ``epoch``."""
     loader_state: Any
     extra: dict[str, Any]
+    run_id: str | None = None
+    """The run that wrote it (``None``: a checkpoint of a version without run ids)."""
 
 
 @dataclass
@@ -80,6 +96,8 @@ class CheckpointInfo:
     """The options that shaped the model (``None``: the writer recorded none)."""
     sharded: bool = False
     """A sharded (``.dcp``) checkpoint: it loads at any world size."""
+    run_id: str | None = None
+    """The run that wrote it (``None``: a checkpoint of a version without run ids)."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -121,9 +139,33 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
 
 
 def latest(directory: str | os.PathLike[str]) -> Path | None:
-    """The newest committed checkpoint in ``directory``, or ``None``."""
+    """The newest checkpoint of the run that wrote last in ``directory``, or ``None``.
+
+    With one run in the directory (what ``gpuspark train`` ensures) this is the highest
+    step; where runs were mixed (library use), the run of the most recently written
+    checkpoint wins, not a stale run with more steps."""
     found = list_checkpoints(directory)
-    return found[-1] if found else None
+    if len(found) < 2:
+        return found[-1] if found else None
+    last = max(found, key=_mtime)
+    run = run_of(last)
+    return [p for p in found if run_of(p) == run][-1]
+
+
+def _mtime(p: Path) -> float:
+    target = p / "meta.pt" if p.is_dir() else p
+    try:
+        return target.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def run_of(path: Path) -> str | None:
+    """The ``run_id`` recorded in checkpoint ``path`` (``None``: none, or unreadable)."""
+    try:
+        return _read(path, mmap=True).get("run_id")
+    except CheckpointError:
+        return None
 
 
 def _world() -> tuple[int, int, bool]:
@@ -169,13 +211,14 @@ def save(
     keep: int = 3,
     extra: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> Path | None:
     """Write a checkpoint of global step ``step``; collective: call on every rank.
 
     Every rank's RNG and hook state are gathered to rank 0, which writes the file atomically
-    and prunes all but the newest ``keep`` checkpoints. Returns the path on rank 0, else None.
-    ``config`` (JSON-like: the options that shape the model) is recorded for
-    :func:`check_config`.
+    and prunes all but the newest ``keep`` checkpoints of run ``run_id``. Returns the path on
+    rank 0, else None. ``config`` (JSON-like: the options that shape the model) is recorded
+    for :func:`check_config`.
     """
     import torch
     import torch.distributed as dist
@@ -197,9 +240,10 @@ def save(
             "ranks": gathered,
             "extra": extra or {},
             "config": dict(config) if config is not None else None,
+            "run_id": run_id,
         }
         path = _write(Path(directory), step, payload, torch)
-        prune(directory, keep)
+        prune(directory, keep, run_id=run_id)
     if dist_on:
         dist.barrier()
     return path
@@ -227,13 +271,65 @@ def run_state(
     }
 
 
-def prune(directory: str | os.PathLike[str], keep: int) -> None:
-    """Remove all but the newest ``keep`` (at least 1) checkpoints, files or directories."""
-    for old in list_checkpoints(directory)[: -max(1, keep)]:
-        if old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+def prune(directory: str | os.PathLike[str], keep: int, *, run_id: str | None = None) -> None:
+    """Remove all but the newest ``keep`` (at least 1) checkpoints of run ``run_id``, files or
+    directories; another run's checkpoints (or an unreadable one) are never touched."""
+    mine = [p for p in list_checkpoints(directory) if run_of(p) == run_id]
+    for old in mine[: -max(1, keep)]:
+        _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def run_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """The files of a training run in ``directory``: checkpoints (and their temporary
+    names), ``best.pt``, ``history.json``; sorted by name. Nothing else is a run's."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    return sorted(
+        p
+        for p in d.iterdir()
+        if _NAME.match(p.name) or p.name in _RUN_FILES or _RUN_TEMP.match(p.name)
+    )
+
+
+def check_new_run(directory: str | os.PathLike[str], *, overwrite: bool, what: str) -> None:
+    """Raise :class:`CheckpointError` when a new (not resumed) run would write into
+    ``directory`` while it holds anything, unless ``overwrite``; ``what`` names the option
+    (``--checkpoint-dir``). With ``overwrite`` only the run's own files are removed later
+    (:func:`clear_run`); other files stay."""
+    d = Path(directory)
+    if overwrite or not d.is_dir():
+        return
+    names = sorted(p.name for p in d.iterdir())
+    if not names:
+        return
+    ours = [p.name for p in run_files(d)]
+    shown = ", ".join((ours or names)[:3]) + (" ..." if len(ours or names) > 3 else "")
+    held = f"an earlier training run ({shown})" if ours else f"other files ({shown})"
+    raise CheckpointError(
+        f"{what} {d} already holds {held}; a new run would mix with it",
+        remedy="pass --resume to continue that run, --overwrite to start a new one there "
+        "(the earlier run's checkpoints, best.pt and history.json are removed, other files "
+        f"stay), or choose an empty {what}",
+    )
+
+
+def clear_run(directory: str | os.PathLike[str]) -> list[str]:
+    """Remove the files of an earlier run from ``directory`` (:func:`run_files`), nothing
+    else; returns their names."""
+    removed = []
+    for p in run_files(directory):
+        with writing(directory):
+            _remove(p)
+        removed.append(p.name)
+    return removed
 
 
 @contextlib.contextmanager
@@ -311,6 +407,7 @@ def load(
         step_in_epoch=payload["step_in_epoch"],
         loader_state=payload["loader"],
         extra=payload["extra"],
+        run_id=payload.get("run_id"),
     )
 
 
@@ -332,6 +429,7 @@ def inspect(path_or_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
         world_size=int(payload["world_size"]),
         config=payload.get("config"),
         sharded=bool(payload.get("sharded")),
+        run_id=payload.get("run_id"),
     )
 
 

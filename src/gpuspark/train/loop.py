@@ -176,6 +176,7 @@ def fit(
     device = model.gpuspark_info.device
     history: list[dict[str, Any]] = []
     start_epoch, skip_steps, global_step, loader_state = 0, 0, 0, None
+    run_id: str | None = _new_run_id(cfg)
     if cfg.resume and cfg.checkpoint_dir and ckpt.latest(cfg.checkpoint_dir) is not None:
         if model.gpuspark_info.meter.compression == "powersgd":
             _prime_buckets(model, optimizer, loss_fn, loader, transform)
@@ -192,12 +193,14 @@ def fit(
             start_epoch, skip_steps, global_step = res.epoch, res.step_in_epoch, res.step
             loader_state = res.loader_state
             history = list(res.extra.get("history", []))
+            run_id = res.run_id  # a resumed run keeps its id: its own pruning goes on
             _log_resume(cfg, res)
     state = _State(model, optimizer, loss_fn, cfg, dataset, scheduler, scaler, meter, device)
     state.rm = _serve_metrics(cfg, model)
     state.loader_stats = getattr(loader, "stats", None)
     state.global_step = global_step
     state.history = history
+    state.run_id = run_id
     state.on_step = on_step
     state.transform = transform
     for epoch in range(start_epoch, cfg.epochs):
@@ -214,6 +217,16 @@ def fit(
             mx.emit(m)
         state.checkpoint(epoch + 1, 0)
     return history
+
+
+def _new_run_id(cfg: FitConfig) -> str:
+    """The id a new run records in its checkpoints: ``cfg.run_id``, the launcher's
+    ``GPUSPARK_RUN_ID``, else a new one (two fits of one process are two runs)."""
+    import uuid
+
+    from gpuspark.monitor.rank_settings import ENV_RUN_ID
+
+    return cfg.run_id or os.environ.get(ENV_RUN_ID) or uuid.uuid4().hex[:12]
 
 
 def _log_resume(cfg: FitConfig, res: Any) -> None:
@@ -296,6 +309,7 @@ class _State:
         self.sync = _Sync(device)
         self.global_step = 0
         self.history: list[dict[str, Any]] = []
+        self.run_id: str | None = None
         self.on_step: Callable[[int], None] | None = None
         self.transform: Callable[[Any, Any], tuple[Any, Any]] | None = None
         self.t_epoch = 0.0
@@ -453,6 +467,7 @@ class _State:
             keep=self.cfg.keep,
             extra={"history": self.history, **self.cfg.extra},
             config=self.cfg.model_config,
+            run_id=self.run_id,
         )
 
     def epoch_metrics(self, epoch: int, acc: _Acc, extra: dict[str, Any]) -> dict[str, Any]:

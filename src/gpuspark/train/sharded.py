@@ -76,6 +76,7 @@ def save(
     keep: int = 3,
     extra: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> Path | None:
     """Write sharded checkpoint ``step-<step>.dcp``; collective: call on every rank.
 
@@ -110,11 +111,12 @@ def save(
             "ranks": gathered,
             "extra": extra or {},
             "config": dict(config) if config is not None else None,
+            "run_id": run_id,
         }
         with ckpt.writing(d):
             _commit(stage, final, meta)
         path = final
-        ckpt.prune(d, keep)
+        ckpt.prune(d, keep, run_id=run_id)
     _barrier()
     return path
 
@@ -204,6 +206,7 @@ def load(
         step_in_epoch=meta["step_in_epoch"],
         loader_state=meta["loader"],
         extra=meta["extra"],
+        run_id=meta.get("run_id"),
     )
 
 

@@ -51,6 +51,11 @@ class RecipeConfig:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     resume: bool = False
+    """Continue the run in ``checkpoint_dir`` from its newest checkpoint."""
+    overwrite: bool = False
+    """Start a new run in a ``checkpoint_dir``/``out`` that holds an earlier one: its
+    checkpoints, ``best.pt`` and ``history.json`` are removed first, other files stay.
+    Without it (and without ``resume``) a directory that holds anything is refused."""
     out: str | None = None
     """Where ``best.pt`` and ``history.json`` go (default: ``checkpoint_dir``)."""
     train_split: str | None = "train"
@@ -96,6 +101,12 @@ class RecipeConfig:
                 raise RecipeError(f"{name} must be >= 1, got: {getattr(self, name)}")
         if not 0 <= self.dropout < 1:
             raise RecipeError(f"dropout must be in [0, 1), got: {self.dropout}")
+        if self.resume and self.overwrite:
+            raise RecipeError(
+                "resume and overwrite contradict each other: resume continues the run in the "
+                "checkpoint directory, overwrite replaces it",
+                remedy="pass one of --resume and --overwrite",
+            )
         if self.lr <= 0:
             raise RecipeError(f"lr must be > 0, got: {self.lr}")
         if self.size not in BERT_SIZE_NAMES:

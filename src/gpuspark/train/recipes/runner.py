@@ -101,10 +101,34 @@ def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
 def _check_checkpoints(cfg: RecipeConfig, shape: dict[str, Any], num_processes: int | None) -> None:
     from gpuspark.train import checkpoint as ckpt
 
-    for directory in {d for d in (cfg.checkpoint_dir, cfg.out_dir) if d}:
+    for directory, what in _run_dirs(cfg):
         ckpt.check_dir(directory)
+        if not cfg.resume:
+            ckpt.check_new_run(directory, overwrite=cfg.overwrite, what=what)
     if cfg.resume and cfg.checkpoint_dir:
         ckpt.check_config(cfg.checkpoint_dir, shape, world_size=num_processes)
+
+
+def _run_dirs(cfg: RecipeConfig) -> list[tuple[str, str]]:
+    """The directories a run writes into, each with the option that names it."""
+    dirs = [(cfg.checkpoint_dir, "--checkpoint-dir"), (cfg.out_dir, "--out")]
+    seen: set[str] = set()
+    found = []
+    for directory, what in dirs:
+        if directory and not storage.is_url(directory) and directory not in seen:
+            seen.add(directory)
+            found.append((directory, what))
+    return found
+
+
+def clear_earlier_run(cfg: RecipeConfig) -> None:
+    """With ``cfg.overwrite`` (a new run, after :func:`preflight`): remove the earlier run's
+    checkpoints, ``best.pt`` and ``history.json`` from its directories, nothing else."""
+    from gpuspark.train import checkpoint as ckpt
+
+    if cfg.overwrite and not cfg.resume:
+        for directory, _ in _run_dirs(cfg):
+            ckpt.clear_run(directory)
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -281,6 +305,7 @@ def _export_best(
     payload = {
         "recipe": recipe.name,
         "epoch": epoch,
+        "score": recipe.score({k[4:]: v for k, v in scores.items() if k.startswith("val_")}),
         "scores": scores,
         "config": asdict(cfg),
         "model": state,
@@ -341,7 +366,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     device_type = str(model.gpuspark_info.device.type)
     scaler = torch.amp.GradScaler(device_type) if cfg.amp == "fp16" else None
     loader = train_ds.loader(cfg.batch_size, num_workers=cfg.num_workers)
-    best: dict[str, Any] = {}
+    best = _earlier_best(cfg) if cfg.resume or _restarted(cfg) else {}
     history = fit(
         model,
         opt,
@@ -385,6 +410,21 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         text = json.dumps(summary.as_dict(), indent=2, default=str)
         storage.atomic_write_text(Path(cfg.out_dir) / "history.json", text)
     return summary
+
+
+def _earlier_best(cfg: RecipeConfig) -> dict[str, Any]:
+    """The best epoch so far of the run being resumed (its ``best.pt``), so that a worse
+    epoch after the resume does not replace it; ``{}`` when there is none."""
+    import torch
+
+    path = Path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        return {"score": float(payload["score"]), "epoch": payload["epoch"], **payload["scores"]}
+    except Exception:  # an older best.pt without its score, or a damaged one: start over
+        return {}
 
 
 def _restarted(cfg: RecipeConfig) -> bool:
@@ -464,6 +504,7 @@ def run(
     team = submit.team
     cfg = resolve_paths(cfg)
     recipe = preflight(name, cfg, num_processes=num_processes)
+    clear_earlier_run(cfg)
     kwargs: dict[str, Any] = {
         "num_processes": num_processes,
         "gpus_per_process": gpus_per_process,
