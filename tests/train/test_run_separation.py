@@ -156,10 +156,10 @@ def test_a_resumed_run_keeps_its_best_model(tmp_path: Path) -> None:
     import torch
 
     from gpuspark.train.recipes import RecipeConfig
-    from gpuspark.train.recipes.runner import _earlier_best
+    from gpuspark.train.recipes.run_dirs import earlier_best
 
     cfg = RecipeConfig(data="x", checkpoint_dir=str(tmp_path), resume=True)
-    assert _earlier_best(cfg) == {}
+    assert earlier_best(cfg) == {}
     payload = {"recipe": "resnet3d", "epoch": 6, "score": 0.134, "scores": {"val_acc": 0.134}}
     torch.save({**payload, "model": {}}, tmp_path / "best.pt")
-    assert _earlier_best(cfg) == {"score": 0.134, "epoch": 6, "val_acc": 0.134}
+    assert earlier_best(cfg) == {"score": 0.134, "epoch": 6, "val_acc": 0.134}

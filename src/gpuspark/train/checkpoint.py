@@ -23,17 +23,25 @@ a resume with other options is one line naming the differing fields, not a wall 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import re
-import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuspark.errors import CheckpointError
+from gpuspark.train.checkpoint_dir import (
+    CHECKPOINT_NAME,
+    check_dir,
+    check_new_run,
+    clear_run,
+    latest,
+    list_checkpoints,
+    prune,
+    run_files,
+    run_of,
+    writing,
+)
 
 __all__ = [
     "CheckpointError",
@@ -51,20 +59,14 @@ __all__ = [
     "prune",
     "rng_state",
     "run_files",
+    "run_of",
     "run_state",
     "save",
     "set_rng_state",
     "writing",
 ]
 
-_NAME = re.compile(r"^step-(\d{9})\.(pt|dcp)$")
-"""``.pt``: one file (DDP); ``.dcp``: a sharded checkpoint directory (:mod:`.sharded`)."""
 _FRESH = "start a fresh --checkpoint-dir"
-_RUN_FILES = ("best.pt", "history.json")
-"""What ``gpuspark train`` writes besides the checkpoints (in ``--out``, default the
-checkpoint directory)."""
-_RUN_TEMP = re.compile(r"^\.(step-\d{9}\.(pt|dcp)|best\.pt|history\.json)\.tmp")
-"""Temporary names of the above, left by a run killed mid-write."""
 
 
 @dataclass
@@ -125,47 +127,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
-    """Committed checkpoints in ``directory``, oldest first (temporary files are ignored)."""
-    d = Path(directory)
-    if not d.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _NAME.match(p.name))]
-    # A .dcp directory without meta.pt is not committed (renamed in place only when complete).
-    found = [(n, p) for n, p in found if p.suffix == ".pt" or (p / "meta.pt").is_file()]
-    return [p for _, p in sorted(found)]
-
-
-def latest(directory: str | os.PathLike[str]) -> Path | None:
-    """The newest checkpoint of the run that wrote last in ``directory``, or ``None``.
-
-    With one run in the directory (what ``gpuspark train`` ensures) this is the highest
-    step; where runs were mixed (library use), the run of the most recently written
-    checkpoint wins, not a stale run with more steps."""
-    found = list_checkpoints(directory)
-    if len(found) < 2:
-        return found[-1] if found else None
-    last = max(found, key=_mtime)
-    run = run_of(last)
-    return [p for p in found if run_of(p) == run][-1]
-
-
-def _mtime(p: Path) -> float:
-    target = p / "meta.pt" if p.is_dir() else p
-    try:
-        return target.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def run_of(path: Path) -> str | None:
-    """The ``run_id`` recorded in checkpoint ``path`` (``None``: none, or unreadable)."""
-    try:
-        return _read(path, mmap=True).get("run_id")
-    except CheckpointError:
-        return None
 
 
 def _world() -> tuple[int, int, bool]:
@@ -269,80 +230,6 @@ def run_state(
         "scaler": scaler.state_dict() if scaler is not None else None,
         "loader": loader_state,
     }
-
-
-def prune(directory: str | os.PathLike[str], keep: int, *, run_id: str | None = None) -> None:
-    """Remove all but the newest ``keep`` (at least 1) checkpoints of run ``run_id``, files or
-    directories; another run's checkpoints (or an unreadable one) are never touched."""
-    mine = [p for p in list_checkpoints(directory) if run_of(p) == run_id]
-    for old in mine[: -max(1, keep)]:
-        _remove(old)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def run_files(directory: str | os.PathLike[str]) -> list[Path]:
-    """The files of a training run in ``directory``: checkpoints (and their temporary
-    names), ``best.pt``, ``history.json``; sorted by name. Nothing else is a run's."""
-    d = Path(directory)
-    if not d.is_dir():
-        return []
-    return sorted(
-        p
-        for p in d.iterdir()
-        if _NAME.match(p.name) or p.name in _RUN_FILES or _RUN_TEMP.match(p.name)
-    )
-
-
-def check_new_run(directory: str | os.PathLike[str], *, overwrite: bool, what: str) -> None:
-    """Raise :class:`CheckpointError` when a new (not resumed) run would write into
-    ``directory`` while it holds anything, unless ``overwrite``; ``what`` names the option
-    (``--checkpoint-dir``). With ``overwrite`` only the run's own files are removed later
-    (:func:`clear_run`); other files stay."""
-    d = Path(directory)
-    if overwrite or not d.is_dir():
-        return
-    names = sorted(p.name for p in d.iterdir())
-    if not names:
-        return
-    ours = [p.name for p in run_files(d)]
-    shown = ", ".join((ours or names)[:3]) + (" ..." if len(ours or names) > 3 else "")
-    held = f"an earlier training run ({shown})" if ours else f"other files ({shown})"
-    raise CheckpointError(
-        f"{what} {d} already holds {held}; a new run would mix with it",
-        remedy="pass --resume to continue that run, --overwrite to start a new one there "
-        "(the earlier run's checkpoints, best.pt and history.json are removed, other files "
-        f"stay), or choose an empty {what}",
-    )
-
-
-def clear_run(directory: str | os.PathLike[str]) -> list[str]:
-    """Remove the files of an earlier run from ``directory`` (:func:`run_files`), nothing
-    else; returns their names."""
-    removed = []
-    for p in run_files(directory):
-        with writing(directory):
-            _remove(p)
-        removed.append(p.name)
-    return removed
-
-
-@contextlib.contextmanager
-def writing(directory: str | os.PathLike[str]) -> Iterator[None]:
-    """Turn an ``OSError`` while writing into ``directory`` into a one-line
-    :class:`CheckpointError` naming what to check."""
-    try:
-        yield
-    except OSError as exc:
-        raise CheckpointError(
-            f"cannot write checkpoint to {directory}: {exc}",
-            remedy="check the --checkpoint-dir path, its permissions and free space",
-        ) from exc
 
 
 def _write(directory: Path, step: int, payload: dict[str, Any], torch: Any) -> Path:
@@ -462,25 +349,12 @@ def config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[st
     return [(k, saved[k], v) for k, v in current.items() if k in saved and saved[k] != v]
 
 
-def check_dir(directory: str | os.PathLike[str]) -> None:
-    """Raise :class:`CheckpointError` unless ``directory`` is, or can become, a writable
-    directory (a local path; URLs are left to the writer)."""
-    from gpuspark import storage
-
-    problem = storage.directory_problem(directory)
-    if problem is not None:
-        raise CheckpointError(
-            f"checkpoint directory {os.fspath(directory)} {problem.text}",
-            remedy=f"{problem.remedy} (--checkpoint-dir is created when missing)",
-        )
-
-
 # -- reading ---------------------------------------------------------------------------------
 
 
 def _resolve(path_or_dir: str | os.PathLike[str]) -> Path | None:
     p = Path(path_or_dir)
-    if (p.is_dir() and not _NAME.match(p.name)) or not p.exists():
+    if (p.is_dir() and not CHECKPOINT_NAME.match(p.name)) or not p.exists():
         return latest(p)
     return p
 

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util.net import free_port
 from gpuspark.errors import DDPError, did_you_mean
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> s
         )
     if "RANK" not in os.environ:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     kwargs: dict[str, Any] = {}
     if timeout_s is not None:
@@ -261,14 +262,6 @@ def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> s
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend=backend, **kwargs)
     return backend
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _device() -> torch.device:

@@ -27,6 +27,7 @@ from gpuspark.train.recipes.registry import (
     get_recipe,
     model_config,
 )
+from gpuspark.train.recipes.run_dirs import check_run_dirs, clear_earlier_run, earlier_best
 from gpuspark.train.recipes.summary import TrainSummary
 
 __all__ = ["build_model", "check_recipe", "preflight", "run", "train"]
@@ -60,7 +61,7 @@ def preflight(name: str, cfg: RecipeConfig, *, num_processes: int | None = None)
     _check_splits(cfg, manifest.splits)
     recipe.decoder(cfg, manifest)
     classes = recipe.num_classes(cfg, manifest)
-    _check_checkpoints(cfg, model_config(recipe, cfg, classes), num_processes)
+    check_run_dirs(cfg, model_config(recipe, cfg, classes), num_processes)
     return recipe
 
 
@@ -96,39 +97,6 @@ def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
         checkpoint_dir=absolute(cfg.checkpoint_dir),
         out=absolute(cfg.out),
     )
-
-
-def _check_checkpoints(cfg: RecipeConfig, shape: dict[str, Any], num_processes: int | None) -> None:
-    from gpuspark.train import checkpoint as ckpt
-
-    for directory, what in _run_dirs(cfg):
-        ckpt.check_dir(directory)
-        if not cfg.resume:
-            ckpt.check_new_run(directory, overwrite=cfg.overwrite, what=what)
-    if cfg.resume and cfg.checkpoint_dir:
-        ckpt.check_config(cfg.checkpoint_dir, shape, world_size=num_processes)
-
-
-def _run_dirs(cfg: RecipeConfig) -> list[tuple[str, str]]:
-    """The directories a run writes into, each with the option that names it."""
-    dirs = [(cfg.checkpoint_dir, "--checkpoint-dir"), (cfg.out_dir, "--out")]
-    seen: set[str] = set()
-    found = []
-    for directory, what in dirs:
-        if directory and not storage.is_url(directory) and directory not in seen:
-            seen.add(directory)
-            found.append((directory, what))
-    return found
-
-
-def clear_earlier_run(cfg: RecipeConfig) -> None:
-    """With ``cfg.overwrite`` (a new run, after :func:`preflight`): remove the earlier run's
-    checkpoints, ``best.pt`` and ``history.json`` from its directories, nothing else."""
-    from gpuspark.train import checkpoint as ckpt
-
-    if cfg.overwrite and not cfg.resume:
-        for directory, _ in _run_dirs(cfg):
-            ckpt.clear_run(directory)
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -366,7 +334,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     device_type = str(model.gpuspark_info.device.type)
     scaler = torch.amp.GradScaler(device_type) if cfg.amp == "fp16" else None
     loader = train_ds.loader(cfg.batch_size, num_workers=cfg.num_workers)
-    best = _earlier_best(cfg) if cfg.resume or _restarted(cfg) else {}
+    best = earlier_best(cfg) if cfg.resume or _restarted(cfg) else {}
     history = fit(
         model,
         opt,
@@ -410,21 +378,6 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         text = json.dumps(summary.as_dict(), indent=2, default=str)
         storage.atomic_write_text(Path(cfg.out_dir) / "history.json", text)
     return summary
-
-
-def _earlier_best(cfg: RecipeConfig) -> dict[str, Any]:
-    """The best epoch so far of the run being resumed (its ``best.pt``), so that a worse
-    epoch after the resume does not replace it; ``{}`` when there is none."""
-    import torch
-
-    path = Path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
-    if path is None or not path.is_file():
-        return {}
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        return {"score": float(payload["score"]), "epoch": payload["epoch"], **payload["scores"]}
-    except Exception:  # an older best.pt without its score, or a damaged one: start over
-        return {}
 
 
 def _restarted(cfg: RecipeConfig) -> bool:
