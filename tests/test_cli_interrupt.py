@@ -99,7 +99,7 @@ class _Output:
 def _alive(pid: int) -> bool:
     """Running; a zombie is not (in a container whose PID 1 does not reap orphans, a stopped
     JVM of the CLI's cluster can stay a zombie after the CLI exited)."""
-    from gpuspark.cluster.processes import pid_alive
+    from gpuspark._util.procs import pid_alive
 
     return pid_alive(pid)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpuspark.cluster.processes import pid_alive
+from gpuspark._util.procs import pid_alive
 
 pytestmark = pytest.mark.spark
 

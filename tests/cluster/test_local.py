@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from gpuspark._util.procs import group_alive, pid_alive
 from gpuspark.cli.main import main
 from gpuspark.cluster.local import LocalCluster
-from gpuspark.cluster.processes import group_alive, pid_alive
 
 pytestmark = pytest.mark.spark
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from gpuspark._util.procs import pid_alive
 from gpuspark.cli.main import app
-from gpuspark.cluster.processes import pid_alive
 from gpuspark.monitor.discovery import remove_targets, write_targets
 
 pytestmark = pytest.mark.skipif(

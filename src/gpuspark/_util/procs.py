@@ -1,16 +1,15 @@
 """Background processes gpuspark starts (the embedded cluster, ``monitor up``): spawning each
-in its own process group, free ports, liveness, and stopping whole process groups."""
+in its own process group, liveness, and stopping whole process groups."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["free_port", "group_alive", "pid_alive", "spawn_group", "terminate_groups"]
+__all__ = ["group_alive", "pid_alive", "spawn_group", "terminate_groups"]
 
 
 def spawn_group(
@@ -29,13 +28,6 @@ def spawn_group(
             start_new_session=True,
         )
     return proc.pid
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def pid_alive(pid: int) -> bool:

@@ -11,14 +11,13 @@ standalone's first-come-first-served queue, not an error.
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from gpuspark._util.net import http_get_json
 from gpuspark.errors import ClusterError
 
 __all__ = [
@@ -125,8 +124,7 @@ def master_workers(
         return None
     base = ui_url or f"http://{urlparse(master).hostname}:{port}"
     try:
-        with urllib.request.urlopen(f"{base.rstrip('/')}/json/", timeout=timeout) as resp:
-            page = json.load(resp)
+        page = http_get_json(f"{base.rstrip('/')}/json/", timeout=timeout)
     except (OSError, ValueError) as exc:
         log.debug("no standalone master page at %s: %s", base, exc)
         return None

@@ -19,12 +19,12 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gpuspark.cluster.processes import free_port, pid_alive, spawn_group, terminate_groups
+from gpuspark._util.net import free_port, http_get_json
+from gpuspark._util.procs import pid_alive, spawn_group, terminate_groups
 from gpuspark.cluster.shape import EmbeddedShape, check_hosts, embedded_shape, worker_address
 from gpuspark.cluster.state import ClusterState, ClusterStatus, WorkerState, WorkerStatus
 from gpuspark.errors import ClusterError
@@ -352,8 +352,7 @@ class LocalCluster:
             return None
         url = f"{self.web_ui}/json/"
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
-                return dict(json.load(resp))
+            return dict(http_get_json(url, timeout=timeout))
         except (OSError, ValueError):
             return None
 

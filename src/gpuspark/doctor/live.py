@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import socket
 import sys
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util.net import http_get_json
 from gpuspark.doctor.cluster import (
     capacity_check,
     discovery_output_check,
@@ -150,11 +150,9 @@ def _master(target: str, cluster: LocalCluster | None) -> tuple[Check, list[Any]
 
 def _standalone_workers(host: str) -> list[Any] | None:
     """Workers from a standalone master's web UI on its default port 8080 (``None``: no UI)."""
-    import json
 
     try:
-        with urllib.request.urlopen(f"http://{host}:8080/json/", timeout=5) as resp:
-            return list(json.load(resp).get("workers", []))
+        return list(http_get_json(f"http://{host}:8080/json/", timeout=5).get("workers", []))
     except (OSError, ValueError):
         return None
 

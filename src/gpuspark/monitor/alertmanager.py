@@ -51,7 +51,7 @@ def _document(spec: ClusterSpec) -> dict[str, Any]:
 
 def alertmanager_yml(spec: ClusterSpec) -> str:
     """Content of ``alertmanager.yml`` (check it: ``amtool check-config``)."""
-    from gpuspark.monitor.yamltext import dump_yaml
+    from gpuspark._util.yamltext import dump_yaml
 
     header = (
         f"# Alertmanager configuration for cluster '{spec.name}', rendered by gpuspark from its\n"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark._util.net import http_get, http_get_json
 from gpuspark.errors import MonitorError
 from gpuspark.monitor.paths import monitor_dir, targets_dir
 
@@ -80,7 +80,7 @@ def _port(preferred: int) -> int:
     """``preferred`` when free on loopback, else (or for 0) any free port."""
     import socket
 
-    from gpuspark.cluster.processes import free_port
+    from gpuspark._util.net import free_port
 
     if preferred == 0:
         return free_port()
@@ -93,7 +93,7 @@ def _port(preferred: int) -> int:
 
 
 def _spawn(cmd: list[str], log: Path) -> int:
-    from gpuspark.cluster.processes import spawn_group
+    from gpuspark._util.procs import spawn_group
 
     return spawn_group(cmd, log)
 
@@ -107,7 +107,7 @@ def _tail(path: str, lines: int = 5) -> str:
 
 
 def _wait_http(url: str, pid: int, log: str, timeout: float) -> None:
-    from gpuspark.cluster.processes import pid_alive
+    from gpuspark._util.procs import pid_alive
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -116,9 +116,8 @@ def _wait_http(url: str, pid: int, log: str, timeout: float) -> None:
                 f"{Path(log).stem} exited during start-up: {_tail(log)}", remedy=f"see {log}"
             )
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
+            http_get(url, timeout=2)  # an answer other than 2xx raises HTTPError, an OSError
+            return
         except OSError:
             time.sleep(0.2)
     raise MonitorError(f"{url} did not answer within {timeout:.0f} s", remedy=f"see {log}")
@@ -126,7 +125,7 @@ def _wait_http(url: str, pid: int, log: str, timeout: float) -> None:
 
 def running(directory: Path | None = None) -> MonitorState | None:
     """The recorded state if its Prometheus is alive, else ``None``."""
-    from gpuspark.cluster.processes import pid_alive
+    from gpuspark._util.procs import pid_alive
 
     path = (directory or monitor_dir()) / STATE_FILE
     try:
@@ -231,7 +230,7 @@ def up(
 
 
 def _stop(services: list[Service]) -> list[int]:
-    from gpuspark.cluster.processes import terminate_groups
+    from gpuspark._util.procs import terminate_groups
 
     pids = [s.pid for s in services]
     terminate_groups(pids, 15.0)
@@ -253,8 +252,7 @@ def down(directory: Path | None = None) -> list[int]:
 
 
 def _api(url: str, path: str) -> Any:
-    with urllib.request.urlopen(f"{url}{path}", timeout=5) as resp:
-        return json.loads(resp.read().decode())
+    return http_get_json(f"{url}{path}", timeout=5)
 
 
 def status(directory: Path | None = None) -> dict[str, Any]:

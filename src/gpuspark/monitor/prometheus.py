@@ -158,8 +158,8 @@ def prometheus_yml(
     embedded-cluster variant; by default the production one: the spec's nodes, the rule files
     under ``rules/`` and Alertmanager at :data:`ALERTMANAGER_ADDRESS`.
     """
+    from gpuspark._util.yamltext import dump_yaml
     from gpuspark.monitor.paths import targets_dir as default_targets
-    from gpuspark.monitor.yamltext import dump_yaml
 
     folder = Path(targets_dir).expanduser() if targets_dir is not None else default_targets(spec)
     text = dump_yaml(_document(spec, folder.absolute(), embedded))

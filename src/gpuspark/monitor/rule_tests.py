@@ -436,7 +436,7 @@ def _context(spec: ClusterSpec) -> _Ctx:
 
 def alert_rule_tests(spec: ClusterSpec) -> str:
     """Content of ``tests/gpuspark-alerts.test.yml``: run ``promtool test rules`` on it."""
-    from gpuspark.monitor.yamltext import dump_yaml
+    from gpuspark._util.yamltext import dump_yaml
 
     rules = {r["alert"]: r for g in rule_groups(spec) for r in g["rules"]}
     ctx = _context(spec)

@@ -404,7 +404,7 @@ def rule_expressions(spec: ClusterSpec) -> list[str]:
 
 def alert_rules(spec: ClusterSpec) -> str:
     """Content of ``rules/gpuspark-alerts.yml`` (check it: ``promtool check rules``)."""
-    from gpuspark.monitor.yamltext import dump_yaml
+    from gpuspark._util.yamltext import dump_yaml
 
     header = (
         f"# gpuspark alert rules for cluster '{spec.name}', rendered from its [monitoring]\n"

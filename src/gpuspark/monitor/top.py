@@ -7,7 +7,6 @@ found through the run target files (two scrapes ``interval`` seconds apart give 
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.parse
 import urllib.request
@@ -15,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuspark._util.net import http_get, http_get_json
 from gpuspark.errors import MonitorError
 from gpuspark.monitor import names as n
 
@@ -63,8 +63,7 @@ def _scrape(target: str) -> dict[_KEY, dict[str, Any]]:
     """Values per (run_id, rank) from one ``/metrics`` page; phases keyed ``phase:<name>``."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
+    text = http_get(f"http://{target}/metrics", timeout=5).decode()
     out: dict[_KEY, dict[str, Any]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -142,8 +141,7 @@ def run_targets(directory: Any) -> list[str]:
 def _query(url: str, expr: str) -> list[dict[str, Any]]:
     q = urllib.parse.urlencode({"query": expr})
     try:
-        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as resp:
-            body = json.loads(resp.read().decode())
+        body = http_get_json(f"{url}/api/v1/query?{q}", timeout=10)
     except (OSError, ValueError) as exc:
         raise MonitorError(f"Prometheus at {url} did not answer: {exc}") from None
     if body.get("status") != "success":

@@ -15,7 +15,6 @@ Every ``parse_*`` takes the decoded JSON, so tests can feed recorded documents.
 
 from __future__ import annotations
 
-import json
 import os
 import ssl
 import urllib.error
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark._util.net import http_get_json
 from gpuspark.cluster.fit import gpu_count
 from gpuspark.errors import ClusterError
 from gpuspark.quota.team import app_team
@@ -60,12 +60,9 @@ KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
 
 def http_json(url: str, *, token: str | None = None, timeout: float = 5.0, ctx: Any = None) -> Any:
     """GET ``url`` and decode its JSON; a one-line :class:`ClusterError` when unreachable."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=ctx) as resp:
-            return json.loads(resp.read().decode("utf-8"))
+        return http_get_json(url, timeout=timeout, headers=headers, context=ctx)
     except urllib.error.HTTPError as exc:
         raise ClusterError(
             f"{url} answered HTTP {exc.code} {exc.reason}",

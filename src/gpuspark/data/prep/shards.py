@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuspark._util.numbers import round_up
 from gpuspark.errors import PrepError
 
-__all__ = ["plan_shards", "round_up"]
+__all__ = ["plan_shards"]
 
 
 def plan_shards(
@@ -54,8 +55,3 @@ def plan_shards(
             assign[uid] = len(layout) + (col if lap % 2 == 0 else k - 1 - col)
         layout.extend([split] * k)
     return layout, assign
-
-
-def round_up(n: int, multiple: int) -> int:
-    """``n`` rounded up to a multiple of ``multiple``."""
-    return -(-n // multiple) * multiple

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuspark._util.numbers import round_up
 from gpuspark.data.write.commit import check_split_name
 from gpuspark.errors import GpusparkError
 
@@ -24,10 +25,6 @@ def balanced_counts(total: int, shards: int) -> list[int]:
     return [total // shards + (1 if i < total % shards else 0) for i in range(shards)]
 
 
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def _shards_per_split(
     counts: dict[Any, int], num_shards: int | None, world_size: int | None, partitions: int
 ) -> dict[Any, int]:
@@ -40,11 +37,11 @@ def _shards_per_split(
             raise GpusparkError(
                 f"num_shards={num_shards} is not a multiple of world_size={ws}: ranks would "
                 "get unequal numbers of shards",
-                remedy=f"pass num_shards={_round_up(num_shards, ws)} or leave it out",
+                remedy=f"pass num_shards={round_up(num_shards, ws)} or leave it out",
             )
         return {s: num_shards for s in counts}
     total = sum(counts.values()) or 1
-    return {s: _round_up(max(1, round(partitions * n / total)), ws) for s, n in counts.items()}
+    return {s: round_up(max(1, round(partitions * n / total)), ws) for s, n in counts.items()}
 
 
 _M32 = 0xFFFFFFFF

@@ -26,10 +26,11 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuspark._util.net import free_port
 from gpuspark.launch._internal.worker import set_parent_death_signal, set_process_name
 from gpuspark.monitor.rank_settings import endpoint_rank, read_endpoint
 
-__all__ = ["Sink", "TaskSpec", "free_port", "run_task", "store_port"]
+__all__ = ["Sink", "TaskSpec", "run_task", "store_port"]
 
 _TAIL_LINES = 30
 _POLL_S = 0.05
@@ -79,13 +80,6 @@ class Sink(Protocol):
         """True once the driver asked every task to stop."""
 
 
-def free_port() -> int:
-    """A TCP port that is free on this host right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
-
-
 def store_port(host: str, rdzv_backend: str) -> tuple[int, int]:
     """``(port, fd)`` for the job's rendezvous at task 0 on ``host``.
 
@@ -94,7 +88,7 @@ def store_port(host: str, rdzv_backend: str) -> tuple[int, int]:
     c10d: a free port for torch's own store (which listens on every interface) and ``-1``.
     """
     if rdzv_backend != "static":
-        return free_port(), -1
+        return free_port(""), -1
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

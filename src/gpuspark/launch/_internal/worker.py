@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any
 
-from gpuspark.cluster.processes import pid_alive
+from gpuspark._util.procs import pid_alive
 
 __all__ = ["entry", "main", "set_parent_death_signal", "set_process_name"]
 

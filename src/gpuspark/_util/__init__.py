@@ -1,0 +1,8 @@
+"""The bottom layer: generic helpers every package may use, importing nothing of gpuspark.
+
+- :mod:`.net`: a free TCP port, and the one HTTP GET helper (timeout, retry) every client
+  of a web API uses (Spark's master page, Prometheus, YARN, Kubernetes);
+- :mod:`.procs`: background processes in their own process groups, liveness, stopping;
+- :mod:`.yamltext`: YAML text that reads like hand-written files;
+- :mod:`.numbers`: small integer arithmetic shared by the planners of shards and windows.
+"""
