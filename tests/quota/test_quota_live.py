@@ -22,7 +22,8 @@ import pytest
 from gpuspark.cluster import fit
 from gpuspark.cluster.session import session_plan
 from gpuspark.errors import ClusterError
-from gpuspark.quota import sources, status, team, why
+from gpuspark.quota import status, team, why
+from gpuspark.schedulers.standalone import api as standalone_api
 from gpuspark.spec import ClusterSpec, default_spec
 
 pytestmark = pytest.mark.spark
@@ -99,7 +100,7 @@ def test_two_teams_capped_status_and_why(
     spark_factory.stop()  # the cluster to ourselves
     spec = make_spec()
     web = f"http://{local_cluster.state.host}:{local_cluster.state.webui_port}"
-    snap = lambda: sources.standalone_snapshot(web)  # noqa: E731
+    snap = lambda: standalone_api.standalone_snapshot(web)  # noqa: E731
     master = local_cluster.master_url
     quick = {"spark.scheduler.maxRegisteredResourcesWaitingTime": "2s"}
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from gpuspark.cli.main import main
 from gpuspark.errors import SpecError
 from gpuspark.quota.render import quota_notes, render_quota
-from gpuspark.quota.shares import largest_remainder, percent_shares
-from gpuspark.quota.standalone import TeamCaps, team_caps
+from gpuspark.schedulers.shares import largest_remainder, percent_shares
+from gpuspark.schedulers.standalone.caps import TeamCaps, team_caps
 from gpuspark.spec import ClusterSpec, example_spec, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,9 @@ from typing import Any, ClassVar
 import pytest
 
 from gpuspark.errors import LaunchError, SpecError
-from gpuspark.quota import sources, status, team, why
+from gpuspark.quota import status, team, why
+from gpuspark.schedulers.kubernetes import api as k8s_api
+from gpuspark.schedulers.standalone import api as standalone_api
 from gpuspark.spec import ClusterSpec, default_spec
 
 # --------------------------------------------------------------------------- fixtures
@@ -371,7 +373,7 @@ def test_kueue_status_with_bearer_token(
     assert where.kind == "kueue"
     by = {r.team: r for r in rows}
     assert by["nlp"].gpus_in_use == 3 and by["vision"].pending_apps == 1
-    queue = sources.parse_cluster_queue(_cluster_queue("nlp", "2", "2", "3", "1"))
+    queue = k8s_api.parse_cluster_queue(_cluster_queue("nlp", "2", "2", "3", "1"))
     assert (queue.nominal_gpus, queue.borrowing_limit_gpus, queue.borrowed_gpus) == (2, 2, 1)
     assert queue.cohort == "gpuspark"
 
@@ -433,9 +435,9 @@ def test_kueue_admitted_is_not_waiting() -> None:
 
 
 def test_quantities() -> None:
-    assert sources.parse_quantity("500m") == 0.5
-    assert sources.parse_quantity("2Gi") == 2 * 2**30
-    assert sources.parse_quantity(4) == 4
+    assert k8s_api.parse_quantity("500m") == 0.5
+    assert k8s_api.parse_quantity("2Gi") == 2 * 2**30
+    assert k8s_api.parse_quantity(4) == 4
 
 
 # --------------------------------------------------------------------------- standalone
@@ -456,7 +458,7 @@ def test_standalone_parse_and_why_shape_from_recorded_json() -> None:
             }
         ]
     }
-    snap = sources.parse_standalone(master, {"w": worker_doc})
+    snap = standalone_api.parse_standalone(master, {"w": worker_doc})
     by = {a.id: a for a in snap.apps}
     assert by["app-20261201032924-0000"].gpus_held == 2
     assert by["app-20261201032924-0000"].team == "vision"

@@ -235,7 +235,7 @@ def _render_quota(
 
 
 def _yarn_version(value: str) -> str:
-    from gpuspark.quota.yarn import parse_yarn_version
+    from gpuspark.schedulers.yarn.render import parse_yarn_version
 
     try:
         parse_yarn_version(value)
@@ -265,7 +265,7 @@ def render_yarn_cmd(
 
 
 def _kueue_api(value: str) -> str:
-    from gpuspark.quota.kueue import KUEUE_APIS
+    from gpuspark.schedulers.kubernetes.kueue import KUEUE_APIS
 
     if value not in KUEUE_APIS:
         raise typer.BadParameter(

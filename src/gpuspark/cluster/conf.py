@@ -13,6 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from gpuspark.schedulers import backend_for
 from gpuspark.spec import ClusterSpec
 
 __all__ = [
@@ -36,8 +37,6 @@ in every driver metric name (``metrics_app_20261201..._driver_...``): such serie
 aggregated across runs. The same value is :data:`gpuspark.monitor.names.SPARK_NAMESPACE`."""
 
 _SERVLET = "org.apache.spark.metrics.sink.PrometheusServlet"
-
-_STANDALONE = ("spark://", "local-cluster")
 
 
 def _amount(value: float) -> str:
@@ -74,16 +73,14 @@ def spark_conf(spec: ClusterSpec, *, discovery_script_path: str | None = None) -
         conf["spark.dynamicAllocation.maxExecutors"] = str(spec.total_gpus // s.executor_gpus)
     if s.event_log:
         conf["spark.eventLog.dir"] = spec.event_log_dir
-    if s.master.startswith("k8s://"):
-        # Kubernetes requests GPUs through the device plugin's resource name.
-        conf["spark.executor.resource.gpu.vendor"] = "nvidia.com"
+    conf = backend_for(s.master).spec_conf(conf)
     conf.update(s.conf)
     return dict(sorted(conf.items()))
 
 
 def _worker_conf(spec: ClusterSpec, script: str) -> tuple[dict[str, str], list[str]]:
     """Worker-side GPU settings for Spark standalone; notes when groups differ."""
-    if not spec.spark.master.startswith(_STANDALONE):
+    if not backend_for(spec.spark.master).has_workers:
         return {}, []
     conf = {"spark.worker.resource.gpu.discoveryScript": script}
     counts = {g.name: g.gpus_per_node for g in spec.nodes}
@@ -118,7 +115,7 @@ def spark_defaults(
     worker, notes = _worker_conf(spec, script)
     conf.update(worker)
     conf.update(security_conf(spec, secret))
-    if spec.spark.master != "local-cluster":
+    if not backend_for(spec.spark.master).is_embedded(spec.spark.master):
         conf["spark.master"] = spec.spark.master
     lines = [_header(spec, "Spark defaults")]
     if spec.security.enabled:

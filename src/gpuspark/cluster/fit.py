@@ -15,10 +15,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 from gpuspark._util.net import http_get_json
 from gpuspark.errors import ClusterError
+from gpuspark.schedulers import find_backend
+from gpuspark.schedulers.standalone import MASTER_UI_PORT, gpu_count
 
 __all__ = [
     "MASTER_UI_PORT",
@@ -30,9 +31,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-MASTER_UI_PORT = 8080
-"""A standalone master's web UI port unless it was started with another."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +60,6 @@ class ExecutorNeed:
         if self.gpus:
             parts.append(f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}")
         return ", ".join(parts)
-
-
-def gpu_count(resources: Any) -> int:
-    """GPU addresses in a master/worker ``/json/`` resources map (``resources``,
-    ``resourcesfree``, an executor's ``resources``)."""
-    gpu = (resources or {}).get("gpu") or {}
-    return len(gpu.get("addresses") or [])
 
 
 def _gpus(worker: Mapping[str, Any]) -> int:
@@ -120,9 +111,11 @@ def master_workers(
     """The workers on the ``/json/`` page of the standalone master ``master`` (``None``: no
     page answered, or it belongs to another master). ``ui_url`` defaults to ``port`` (8080)
     of the master's host; a high-availability URL (several hosts) is not probed."""
-    if not master.startswith("spark://") or "," in master:
+    found = find_backend(master)
+    hosts = found.master_ui_hosts(master) if found is not None else []
+    if len(hosts) != 1:
         return None
-    base = ui_url or f"http://{urlparse(master).hostname}:{port}"
+    base = ui_url or f"http://{hosts[0]}:{port}"
     try:
         page = http_get_json(f"{base.rstrip('/')}/json/", timeout=timeout)
     except (OSError, ValueError) as exc:

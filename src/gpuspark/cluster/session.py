@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuspark.errors import ClusterError, GpusparkError
+from gpuspark.schedulers import EMBEDDED_MASTERS, Backend, backend_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,9 +48,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_MASTERS = ("local-cluster", "embedded")
-"""Master names meaning the embedded standalone cluster of this machine."""
-_LOCAL_PREFIXES = ("local", "spark://127.", "spark://localhost")
 # Spec settings that describe the real cluster and make no sense on the embedded one.
 _REAL_CLUSTER_ONLY = ("discoveryScript", "eventLog", "memoryOverhead", "spark.driver.memory")
 
@@ -165,12 +163,12 @@ def _embedded_security(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, st
     return security_conf(secure, read_secret(state.secret_file))
 
 
-def _spec_security(spec: ClusterSpec, master: str) -> dict[str, str]:
+def _spec_security(spec: ClusterSpec, backend: Backend) -> dict[str, str]:
     """The spec's ``[security]`` with the secret read from its file (none for ``local[N]``:
     everything runs in the driver's JVM)."""
     from gpuspark.cluster.security import read_secret, security_conf
 
-    if not spec.security.enabled or master.startswith("local"):
+    if not spec.security.enabled or backend.in_process:
         return {}
     return security_conf(spec, read_secret(spec.security.secret_file))
 
@@ -186,15 +184,10 @@ def _wait_for_executors(cores: int) -> dict[str, str]:
     }
 
 
-def _spec_conf(spec: ClusterSpec, master: str) -> dict[str, str]:
+def _spec_conf(spec: ClusterSpec, backend: Backend) -> dict[str, str]:
     from gpuspark.cluster.conf import spark_conf
 
-    conf = spark_conf(spec)
-    if master.startswith("local"):
-        # local[N] runs tasks in the driver: no executors, no GPU resources to schedule.
-        drop = (".resource.gpu.", "spark.executor.cores", "dynamicAllocation", "eventLog")
-        conf = {k: v for k, v in conf.items() if not any(d in k for d in drop)}
-    return conf
+    return backend.session_spec_conf(spark_conf(spec))
 
 
 def _kind_conf(conf: dict[str, str], kind: JobKind) -> dict[str, str]:
@@ -205,22 +198,6 @@ def _kind_conf(conf: dict[str, str], kind: JobKind) -> dict[str, str]:
         conf.pop("spark.scheduler.minRegisteredResourcesRatio", None)
         conf.pop("spark.scheduler.maxRegisteredResourcesWaitingTime", None)
     return conf
-
-
-def _check_master(master: str, conf: dict[str, str]) -> None:
-    allowed = ("local", "spark://", "yarn", "k8s://")
-    if not master.startswith(allowed):
-        raise ClusterError(
-            f"master={master!r} is not a Spark master URL",
-            remedy="use local[*], spark://host:port, yarn or k8s://https://host:port",
-        )
-    if master == "yarn":
-        conf.setdefault("spark.submit.deployMode", "client")
-    if master.startswith("k8s://") and "spark.kubernetes.container.image" not in conf:
-        raise ClusterError(
-            "master=k8s://… needs spark.kubernetes.container.image",
-            remedy="pass it as conf or in the spec's [spark.conf] table",
-        )
 
 
 def _route_driver_log(conf: dict[str, str]) -> None:
@@ -281,10 +258,11 @@ def session_plan(
     spec_obj = resolve_spec(spec)
     target = master or spec_obj.spark.master
     merged: dict[str, str] = driver_metrics_conf()  # the spec's [spark.conf] may override
-    if cluster is None and target.startswith("spark://"):
+    backend = backend_for(target)
+    if cluster is None and backend.has_workers and not backend.is_embedded(target):
         cluster = _embedded_at(target, state_dir)
     master_ui = None
-    if target in EMBEDDED_MASTERS or cluster is not None:
+    if backend.is_embedded(target) or cluster is not None:
         found = _embedded(cluster, state_dir)
         resolved, master_ui = found.master_url, found.web_ui
         merged.update(local_defaults())
@@ -292,11 +270,12 @@ def session_plan(
         merged.update(_embedded_security(spec_obj, found))
     else:
         resolved = target
-        if resolved.startswith(_LOCAL_PREFIXES):
+        if backend.is_local(resolved):
             merged.update(local_defaults())
-        merged.update(_spec_conf(spec_obj, resolved))
-        merged.update(_spec_security(spec_obj, resolved))
-    if not resolved.startswith("local") and "spark.ui.enabled" not in spec_obj.spark.conf:
+        merged.update(_spec_conf(spec_obj, backend))
+        merged.update(_spec_security(spec_obj, backend))
+    backend = backend_for(resolved)
+    if not backend.in_process and "spark.ui.enabled" not in spec_obj.spark.conf:
         # A cluster's driver UI serves the driver's and executors' Prometheus metrics
         # (published as targets, see .targets); only in-process local[*] runs without it.
         merged["spark.ui.enabled"] = "true"
@@ -304,7 +283,7 @@ def session_plan(
     merged.update(_python_conf())
     merged.update({_key(k): _value(v) for k, v in conf.items()})
     _route_driver_log(merged)
-    _check_master(resolved, merged)
+    backend.check_session(resolved, merged)
     check_slots(merged)
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     if merged.get("spark.driver.bindAddress") == "127.0.0.1":
@@ -336,13 +315,7 @@ def session(
     plan = session_plan(
         master, spec, kind=kind, app_name=app_name, cluster=cluster, state_dir=state_dir, **conf
     )
-    if plan.master == "yarn" and not (
-        os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")
-    ):
-        raise ClusterError(
-            "master=yarn needs the cluster's Hadoop configuration",
-            remedy="set HADOOP_CONF_DIR (or YARN_CONF_DIR) to the directory with yarn-site.xml",
-        )
+    backend_for(plan.master).check_environment(plan.master)
     os.environ.update(plan.env)
     from pyspark.sql import SparkSession
 
@@ -450,7 +423,8 @@ def _cluster_for(
     """The embedded cluster a job on ``master`` needs: the running one, or one started for it."""
     from gpuspark.cluster.local import LocalCluster
 
-    if (master or spec_obj.spark.master) not in EMBEDDED_MASTERS:
+    target = master or spec_obj.spark.master
+    if not backend_for(target).is_embedded(target):
         yield None
         return
     running = LocalCluster.running(state_dir)

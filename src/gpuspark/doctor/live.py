@@ -29,6 +29,7 @@ from gpuspark.doctor.cluster import (
 )
 from gpuspark.doctor.node import node_checks, tool_output
 from gpuspark.doctor.report import Check, Report, failure, info, ok, skipped, warning
+from gpuspark.schedulers import find_backend
 
 if TYPE_CHECKING:
     from gpuspark.cluster.local import LocalCluster
@@ -79,12 +80,12 @@ def _active_session() -> Any:
 
 def cluster_checks(spec: Any, master: str | None, world_size: int | None) -> list[Check]:
     """Master, workers, discovery, then the checks that need a session."""
-    from gpuspark.cluster.session import EMBEDDED_MASTERS
     from gpuspark.spec import resolve_spec
 
     target = master or resolve_spec(spec).spark.master
     cluster = _embedded(target)
-    if target in EMBEDDED_MASTERS and cluster is None:
+    backend = find_backend(target)
+    if backend is not None and backend.is_embedded(target) and cluster is None:
         return [
             warning(
                 "Spark master",
@@ -108,12 +109,13 @@ def cluster_checks(spec: Any, master: str | None, world_size: int | None) -> lis
 
 def _embedded(target: str) -> LocalCluster | None:
     from gpuspark.cluster.local import LocalCluster
-    from gpuspark.cluster.session import EMBEDDED_MASTERS
 
     running = LocalCluster.running()
     if running is None:
         return None
-    return running if target in EMBEDDED_MASTERS or target == running.master_url else None
+    backend = find_backend(target)
+    embedded = backend is not None and backend.is_embedded(target)
+    return running if embedded or target == running.master_url else None
 
 
 def _master(target: str, cluster: LocalCluster | None) -> tuple[Check, list[Any] | None]:
@@ -131,14 +133,16 @@ def _master(target: str, cluster: LocalCluster | None) -> tuple[Check, list[Any]
             f"{cluster.master_url} is {data.get('status', '?')} "
             f"(embedded, state in {cluster.state_dir})",
         ), list(data.get("workers", []))
-    if not target.startswith("spark://"):
+    found = find_backend(target)
+    address = found.master_address(target) if found is not None else None
+    if address is None:
         return info(
             "Spark master",
             f"{target}: no standalone master to ask; checked through a session below",
         ), None
-    host, _, port = target[len("spark://") :].partition(":")
+    host, port = address
     try:
-        socket.create_connection((host, int(port or 7077)), timeout=5).close()
+        socket.create_connection((host, port), timeout=5).close()
     except (OSError, ValueError) as exc:
         return failure(
             "Spark master",

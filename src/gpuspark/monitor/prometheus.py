@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.cluster.fit import MASTER_UI_PORT
 from gpuspark.monitor import names
+from gpuspark.schedulers import backend_for
+from gpuspark.schedulers.standalone import MASTER_UI_PORT
 
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
@@ -74,11 +75,8 @@ class EmbeddedScrape:
 def _master_targets(spec: ClusterSpec) -> list[str]:
     """``host:8080`` for every master of a ``spark://`` URL (HA lists several)."""
     master = spec.spark.master
-    if not master.startswith("spark://"):
-        return []
     port = spec.spark.conf.get("spark.master.ui.port", str(MASTER_UI_PORT))
-    hosts = [part.rsplit(":", 1)[0] for part in master[len("spark://") :].split(",") if part]
-    return [f"{host}:{port}" for host in hosts]
+    return [f"{host}:{port}" for host in backend_for(master).master_ui_hosts(master)]
 
 
 def _file_sd(targets_dir: Path, job: str) -> dict[str, Any]:

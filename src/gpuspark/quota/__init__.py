@@ -6,10 +6,7 @@ application waits, from the schedulers' own APIs."""
 from __future__ import annotations
 
 from gpuspark.quota.dirs import check_writes, team_output_dir
-from gpuspark.quota.kueue import kueue_spark_conf
 from gpuspark.quota.render import SCHEDULERS, quota_notes, render_quota, write_quota
-from gpuspark.quota.shares import kube_name, yarn_queue_name
-from gpuspark.quota.standalone import TeamCaps, find_team, team_caps
 from gpuspark.quota.status import TeamUsage, plot_usage, quota_status
 from gpuspark.quota.team import (
     app_team,
@@ -19,8 +16,12 @@ from gpuspark.quota.team import (
     team_app_name,
     team_conf,
 )
-from gpuspark.quota.volcano import volcano_spark_conf
 from gpuspark.quota.why import Reason, explain
+from gpuspark.schedulers.kubernetes.kueue import kueue_spark_conf
+from gpuspark.schedulers.kubernetes.volcano import volcano_spark_conf
+from gpuspark.schedulers.shares import kube_name, yarn_queue_name
+from gpuspark.schedulers.standalone.caps import TeamCaps, team_caps
+from gpuspark.spec.teams import find_team
 
 __all__ = [
     "SCHEDULERS",

@@ -1,32 +1,35 @@
 """Per team: GPUs guaranteed / max / in use now / pending applications, from the live scheduler;
 optionally GPU-hours over a window from Prometheus, and a PNG bar chart.
 
-Which scheduler: the master (``--master``, else the spec's): ``yarn`` reads the
-ResourceManager (``--url``, else ``$GPUSPARK_YARN_RM``), ``k8s://…`` reads Kueue ClusterQueues
-through that API server, anything else a Spark standalone master's web UI (``--url``, the
-running embedded cluster for ``local-cluster`` or its ``spark://`` URL, else port 8080 of the
-master's host). A team's queue (YARN) or ClusterQueue (Kueue) is named after the team.
+Which scheduler: the backend of the master (``--master``, else the spec's; see
+:mod:`gpuspark.schedulers`): YARN reads the ResourceManager (``--url``, else
+``$GPUSPARK_YARN_RM``), Kubernetes reads Kueue ClusterQueues through that API server,
+standalone a master's web UI (``--url``, the running embedded cluster for ``local-cluster`` or
+its ``spark://`` URL, else port 8080 of the master's host). A team's queue (YARN) or
+ClusterQueue (Kueue) is named after the team.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 from gpuspark.errors import ClusterError
+from gpuspark.schedulers import NO_TEAM, Embedded, Target, TeamUsage, backend_for, http_json
+from gpuspark.schedulers.kubernetes import kueue_usage
+from gpuspark.schedulers.standalone import standalone_usage
+from gpuspark.schedulers.yarn import yarn_usage
 
 if TYPE_CHECKING:
-    from gpuspark.quota.sources import KueueQueue, StandaloneSnapshot, YarnQueue
     from gpuspark.spec import ClusterSpec
 
 __all__ = [
     "NO_TEAM",
     "Target",
     "TeamUsage",
+    "embedded",
     "gpu_hours",
     "gpu_hours_query",
     "kueue_usage",
@@ -37,47 +40,22 @@ __all__ = [
     "yarn_usage",
 ]
 
-NO_TEAM = "-"
-"""The row of applications that name no team."""
 
-
-@dataclass
-class Target:
-    """The scheduler to ask: ``standalone``, ``yarn`` or ``kueue``, at ``url``."""
-
-    kind: str
-    url: str
-    master_log: str | None = None
-
-
-@dataclass
-class TeamUsage:
-    """One team's GPUs now (and over a window when Prometheus answers)."""
-
-    team: str
-    guaranteed_gpus: int
-    max_gpus: int
-    gpus_in_use: float = 0
-    running_apps: int = 0
-    pending_apps: int = 0
-    apps: list[str] = field(default_factory=list)
-    gpu_hours: float | None = None
-    guaranteed_gpu_hours: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain data for ``--json``."""
-        return asdict(self)
-
-
-def _embedded_target(state_dir: Any, master_url: str | None = None) -> Target | None:
+def embedded(state_dir: Any = None) -> Embedded | None:
+    """The running embedded cluster of this machine as the backends see it, or ``None``."""
     from gpuspark.cluster.local import LocalCluster
 
     running = LocalCluster.running(state_dir)
     if running is None or running.state is None:
         return None
-    if master_url is not None and running.master_url != master_url:
-        return None
-    return Target("standalone", running.web_ui or "", running.state.master_log)
+    shape = running.shape
+    return Embedded(
+        master_url=running.master_url or "",
+        web_ui=running.web_ui or "",
+        master_log=running.state.master_log,
+        executor_gpus=shape.executor_gpus if shape is not None else None,
+        executor_cores=shape.executor_cores if shape is not None else None,
+    )
 
 
 def target(
@@ -88,72 +66,7 @@ def target(
 ) -> Target:
     """Which scheduler to ask, and where (see the module's docstring)."""
     where = master or spec.spark.master
-    if where == "yarn":
-        rm = url or os.environ.get("GPUSPARK_YARN_RM")
-        if not rm:
-            raise ClusterError(
-                "master=yarn: no ResourceManager address",
-                remedy="pass --url http://rm:8088 or set GPUSPARK_YARN_RM",
-            )
-        return Target("yarn", rm.rstrip("/"))
-    if where.startswith("k8s://"):
-        return Target("kueue", (url or where.removeprefix("k8s://")).rstrip("/"))
-    if url:
-        return Target("standalone", url.rstrip("/"))
-    embedded = where in ("local-cluster", "embedded")
-    if embedded or where.startswith("spark://"):
-        found = _embedded_target(state_dir, None if embedded else where)
-        if found is not None:
-            return found
-        if where.startswith("spark://"):
-            return Target("standalone", f"http://{urlparse(where).hostname}:8080")
-    raise ClusterError(
-        f"master={where!r}: no running standalone master to ask",
-        remedy="start it (gpuspark cluster up) or pass --master/--url",
-    )
-
-
-def _rows(spec: ClusterSpec) -> dict[str, TeamUsage]:
-    return {t.name: TeamUsage(t.name, t.guaranteed_gpus, t.max_gpus) for t in spec.teams}
-
-
-def standalone_usage(spec: ClusterSpec, snap: StandaloneSnapshot) -> list[TeamUsage]:
-    """Per team from a standalone snapshot (applications tagged ``[team=NAME]``)."""
-    rows = _rows(spec)
-    for app in snap.apps:
-        name = app.team if app.team in rows else NO_TEAM
-        row = rows.setdefault(name, TeamUsage(NO_TEAM, 0, 0))
-        row.gpus_in_use += app.gpus_held
-        row.apps.append(app.id)
-        if app.state == "WAITING" or not app.executors:
-            row.pending_apps += 1
-        else:
-            row.running_apps += 1
-    return list(rows.values())
-
-
-def _queue_usage(
-    spec: ClusterSpec, figures: Mapping[str, tuple[float, int, int]]
-) -> list[TeamUsage]:
-    """Rows per team from ``queue name -> (GPUs used, running, pending)``; a team's queue is
-    named after the team."""
-    rows = _rows(spec)
-    for name, row in rows.items():
-        if name in figures:
-            row.gpus_in_use, row.running_apps, row.pending_apps = figures[name]
-    return list(rows.values())
-
-
-def yarn_usage(spec: ClusterSpec, queues: list[YarnQueue]) -> list[TeamUsage]:
-    """Per team from the Capacity Scheduler's leaf queues (queue named after the team)."""
-    figures = {q.name: (q.gpus_used, q.active_apps, q.pending_apps) for q in queues}
-    return _queue_usage(spec, figures)
-
-
-def kueue_usage(spec: ClusterSpec, queues: list[KueueQueue]) -> list[TeamUsage]:
-    """Per team from the ClusterQueues (ClusterQueue named after the team)."""
-    figures = {q.name: (q.used_gpus, q.admitted_workloads, q.pending_workloads) for q in queues}
-    return _queue_usage(spec, figures)
+    return backend_for(where).target(spec, where, url, embedded(state_dir))
 
 
 def gpu_hours_query(window: str) -> str:
@@ -167,8 +80,6 @@ def gpu_hours_query(window: str) -> str:
 
 def gpu_hours(prometheus: str, window: str = "24h", timeout: float = 10.0) -> dict[str, float]:
     """GPU-hours per team over ``window`` from the Prometheus at ``prometheus``."""
-    from gpuspark.quota.sources import http_json
-
     url = f"{prometheus.rstrip('/')}/api/v1/query?query={quote(gpu_hours_query(window))}"
     doc = http_json(url, timeout=timeout)
     if doc.get("status") != "success":
@@ -198,15 +109,8 @@ def quota_status(
     state_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[Target, list[TeamUsage]]:
     """Per-team usage now from the live scheduler (and GPU-hours when ``prometheus``)."""
-    from gpuspark.quota import sources
-
     where = target(spec, master, url, state_dir)
-    if where.kind == "yarn":
-        rows = yarn_usage(spec, sources.yarn_queues(where.url))
-    elif where.kind == "kueue":
-        rows = kueue_usage(spec, sources.kueue_cluster_queues(sources.k8s_auth(where.url)))
-    else:
-        rows = standalone_usage(spec, sources.standalone_snapshot(where.url))
+    rows = backend_for(master or spec.spark.master).usage(spec, where)
     if prometheus:
         hours = gpu_hours(prometheus, window)
         for row in rows:

@@ -25,14 +25,15 @@ import contextlib
 import getpass
 import math
 import os
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark.errors import LaunchError
 from gpuspark.quota.dirs import check_writes, remove_created, team_output_dir
+from gpuspark.quota.status import embedded
+from gpuspark.schedulers import Backend, backend_for
+from gpuspark.schedulers.standalone.api import app_team, team_app_name
 from gpuspark.spec.teams import find_team
 
 if TYPE_CHECKING:
@@ -40,9 +41,7 @@ if TYPE_CHECKING:
     from gpuspark.spec.models import Team
 
 __all__ = [
-    "KUEUE_LABEL",
     "TEAM_CONF",
-    "Caps",
     "TeamSubmit",
     "app_team",
     "check_team_gpus",
@@ -50,7 +49,6 @@ __all__ = [
     "current_user",
     "find_team",
     "resolve_team",
-    "standalone_caps",
     "submit_under",
     "team_app_name",
     "team_conf",
@@ -58,11 +56,6 @@ __all__ = [
 
 TEAM_CONF = "spark.gpuspark.team"
 """Spark property naming the application's team (every master)."""
-KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-"""Pod label Kueue reads to find the LocalQueue of a workload."""
-_VOLCANO_STEP = "org.apache.spark.deploy.k8s.features.VolcanoFeatureStep"
-_TAG = re.compile(r"\[team=([A-Za-z0-9_.-]+)\]\s*$")
-_EMBEDDED = ("local-cluster", "embedded")
 
 
 def current_user() -> str:
@@ -95,126 +88,6 @@ def resolve_team(
     return None
 
 
-def team_app_name(app_name: str, team: str | None) -> str:
-    """``app_name`` tagged ``[team=NAME]`` (the standalone master shows only names)."""
-    if not team:
-        return app_name
-    base = _TAG.sub("", app_name).rstrip()
-    return f"{base} [team={team}]"
-
-
-def app_team(app_name: str) -> str | None:
-    """The team an application name is tagged with (``"x [team=nlp]"`` -> ``"nlp"``)."""
-    match = _TAG.search(app_name or "")
-    return match.group(1) if match else None
-
-
-@dataclass(frozen=True)
-class Caps:
-    """Per-application caps on Spark standalone for one team."""
-
-    cores_max: int
-    max_executors: int
-    executor_gpus: int
-    max_gpus: int
-
-    def conf(self) -> dict[str, str]:
-        """``spark.cores.max`` and ``spark.dynamicAllocation.maxExecutors``."""
-        return {
-            "spark.cores.max": str(self.cores_max),
-            "spark.dynamicAllocation.maxExecutors": str(self.max_executors),
-        }
-
-
-def standalone_caps(
-    spec: ClusterSpec,
-    team: str,
-    *,
-    executor_gpus: int | None = None,
-    executor_cores: int | None = None,
-) -> Caps:
-    """Caps for ``team`` with executors of ``executor_gpus`` GPUs and ``executor_cores`` cores
-    (default: the spec's ``[spark]``): as many whole executors as fit in ``max_gpus``.
-
-    Refuses a team whose ``max_gpus`` is smaller than one executor's GPUs.
-    """
-    found = find_team(spec, team)
-    gpus = int(executor_gpus or spec.spark.executor_gpus)
-    cores = int(executor_cores or spec.spark.executor_cores)
-    executors = found.max_gpus // gpus if gpus else 0
-    if executors < 1:
-        raise LaunchError(
-            f"team {team!r} may hold {found.max_gpus} GPUs, less than one executor's {gpus}",
-            remedy="raise the team's max_gpus or lower [spark] executor_gpus",
-        )
-    return Caps(cores * executors, executors, gpus, found.max_gpus)
-
-
-def _shared_caps(spec: ClusterSpec, team: str, shape: tuple[int, int] | None) -> dict[str, str]:
-    """The caps from ``gpuspark.quota.standalone`` when present (spec shape), else ours."""
-    if shape is None:
-        try:
-            import importlib
-
-            shared = importlib.import_module("gpuspark.quota.standalone")  # lands in parallel
-            return {str(k): str(v) for k, v in shared.team_caps(spec, team).conf().items()}
-        except (ImportError, AttributeError):
-            pass
-    gpus, cores = shape if shape is not None else (None, None)
-    return standalone_caps(spec, team, executor_gpus=gpus, executor_cores=cores).conf()
-
-
-def _embedded_shape(master: str, state_dir: Any) -> tuple[int, int] | None:
-    """Executor (GPUs, cores) of the running embedded cluster when ``master`` is it."""
-    from gpuspark.cluster.local import LocalCluster
-
-    running = LocalCluster.running(state_dir)
-    if running is None or running.shape is None:
-        return None
-    if master not in _EMBEDDED and master != running.master_url:
-        return None
-    return running.shape.executor_gpus, running.shape.executor_cores
-
-
-def _k8s_conf(spec: ClusterSpec, team: str) -> dict[str, str]:
-    scheduler = spec.spark.conf.get("spark.kubernetes.scheduler.name", "")
-    if scheduler == "volcano":
-        template = _podgroup_template(team)
-        return {
-            "spark.kubernetes.scheduler.name": "volcano",
-            "spark.kubernetes.driver.pod.featureSteps": _VOLCANO_STEP,
-            "spark.kubernetes.executor.pod.featureSteps": _VOLCANO_STEP,
-            "spark.kubernetes.scheduler.volcano.podGroupTemplateFile": str(template),
-        }
-    if scheduler == "yunikorn":
-        # Spark's "Using Apache YuniKorn as Customized Scheduler" settings: the queue label
-        # (root.<team>) and the app-id annotation that groups the driver and executor pods.
-        return {
-            "spark.kubernetes.scheduler.name": "yunikorn",
-            "spark.kubernetes.driver.label.queue": f"root.{team}",
-            "spark.kubernetes.executor.label.queue": f"root.{team}",
-            "spark.kubernetes.driver.annotation.yunikorn.apache.org/app-id": "{{APP_ID}}",
-            "spark.kubernetes.executor.annotation.yunikorn.apache.org/app-id": "{{APP_ID}}",
-        }
-    return {
-        f"spark.kubernetes.driver.label.{KUEUE_LABEL}": team,
-        f"spark.kubernetes.executor.label.{KUEUE_LABEL}": team,
-    }
-
-
-def _podgroup_template(team: str) -> Path:
-    """A PodGroup template naming the team's Volcano queue (Spark fills in the rest)."""
-    from gpuspark.storage import atomic_write_text
-
-    root = os.environ.get("GPUSPARK_QUOTA_DIR") or str(Path.home() / ".gpuspark" / "quota")
-    path = Path(root) / "volcano" / f"podgroup-{team}.yaml"
-    text = f"apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nspec:\n  queue: {team}\n"
-    if not path.exists() or path.read_text(encoding="utf-8") != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, text)
-    return path
-
-
 def team_conf(
     spec: ClusterSpec,
     team: str | None,
@@ -226,21 +99,28 @@ def team_conf(
     """The Spark settings that submit a job under ``team`` on ``master`` (default: the spec's).
 
     ``{}`` for no team. ``shape`` is the executors' (GPUs, cores) on standalone; by default
-    the running embedded cluster's for its master, else the spec's.
+    the running embedded cluster's for its master, else the spec's. What the settings are is
+    the master's backend's to say (:meth:`gpuspark.schedulers.Backend.team_conf`).
     """
     if not team:
         return {}
     find_team(spec, team)
     target = master or spec.spark.master
-    conf = {TEAM_CONF: team}
-    if target == "yarn":
-        conf["spark.yarn.queue"] = team
-    elif target.startswith("k8s://"):
-        conf.update(_k8s_conf(spec, team))
-    elif target in _EMBEDDED or target.startswith("spark://"):
-        found = shape or _embedded_shape(target, state_dir)
-        conf.update(_shared_caps(spec, team, found))
-    return conf
+    backend = backend_for(target)
+    found = shape or _running_shape(backend, target, state_dir)
+    return {TEAM_CONF: team, **backend.team_conf(spec, team, shape=found)}
+
+
+def _running_shape(backend: Backend, master: str, state_dir: Any) -> tuple[int, int] | None:
+    """Executor (GPUs, cores) of the running embedded cluster when ``master`` is it."""
+    if not backend.has_workers:
+        return None
+    found = embedded(state_dir)
+    if found is None or found.executor_gpus is None or found.executor_cores is None:
+        return None
+    if not backend.is_embedded(master) and master != found.master_url:
+        return None
+    return found.executor_gpus, found.executor_cores
 
 
 def check_team_gpus(spec: ClusterSpec, team: str | None, gpus: float) -> None:

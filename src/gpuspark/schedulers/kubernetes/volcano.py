@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.quota.kueue import GPU_RESOURCE
-from gpuspark.quota.shares import (
+from gpuspark.schedulers.kubernetes.api import GPU_RESOURCE
+from gpuspark.schedulers.shares import (
     DEFAULT_QUEUE,
     executor_memory_mib,
     kube_name,
@@ -16,7 +16,8 @@ from gpuspark.quota.shares import (
     unique_names,
     yaml_documents,
 )
-from gpuspark.quota.standalone import find_team, team_caps
+from gpuspark.schedulers.standalone.caps import team_caps
+from gpuspark.spec.teams import find_team
 
 if TYPE_CHECKING:
     from gpuspark.spec.models import ClusterSpec, Team

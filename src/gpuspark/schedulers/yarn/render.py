@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
 from typing import TYPE_CHECKING
 
-from gpuspark.quota.shares import (
+from gpuspark.schedulers.shares import (
     DEFAULT_QUEUE,
     format_decimal,
     percent_shares,

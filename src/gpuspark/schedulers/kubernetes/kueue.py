@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.quota.shares import (
+from gpuspark.schedulers.kubernetes.api import GPU_RESOURCE
+from gpuspark.schedulers.shares import (
     kube_name,
     largest_remainder,
     resource_share,
@@ -16,6 +17,7 @@ from gpuspark.quota.shares import (
     unique_names,
     yaml_documents,
 )
+from gpuspark.spec.teams import find_team
 
 if TYPE_CHECKING:
     from gpuspark.spec.models import ClusterSpec, NodeGroup, Team
@@ -38,7 +40,6 @@ __all__ = [
 
 KUEUE_FILE = "kueue.yaml"
 KUEUE_APIS = ("v1beta1", "v1beta2")
-GPU_RESOURCE = "nvidia.com/gpu"
 GPU_LABEL = "nvidia.com/gpu.product"
 """The node label NVIDIA GPU feature discovery sets to the GPU model."""
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -225,8 +226,6 @@ def kube_label_value(text: str) -> str:
 def kueue_spark_conf(spec: ClusterSpec, team: str, *, namespace_prefix: str = "") -> dict[str, str]:
     """Spark properties that put an application's driver and executor pods on ``team``'s
     LocalQueue (pod labels read by Kueue's pod integration)."""
-    from gpuspark.quota.standalone import find_team
-
     name = kube_name(find_team(spec, team).name)
     conf = {"spark.kubernetes.namespace": namespace_prefix + name}
     for role in ("driver", "executor"):
