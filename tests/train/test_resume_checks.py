@@ -15,19 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuspark.data.write import ShardWriter
 from gpuspark.train import checkpoint as ck
 from gpuspark.train import recipes
-
-
-@pytest.fixture
-def ct_data(tmp_path: Path) -> str:
-    rng = np.random.default_rng(0)
-    with ShardWriter(tmp_path / "ct") as w:
-        for i in range(8):
-            vol = rng.integers(0, 255, (8, 8, 8), dtype=np.uint8)
-            w.write({"volume": vol, "label": i % 2}, split="train" if i % 4 else "val")
-    return str(tmp_path / "ct")
 
 
 def _train(data: str, ckdir: Path, *extra: str) -> list[str]:

@@ -13,21 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from gpuspark.data.write import ShardWriter
 from gpuspark.train import checkpoint as ck
-
-
-@pytest.fixture
-def ct_data(tmp_path: Path) -> str:
-    rng = np.random.default_rng(0)
-    with ShardWriter(tmp_path / "ct") as w:
-        for i in range(8):
-            vol = rng.integers(0, 255, (8, 8, 8), dtype=np.uint8)
-            w.write({"volume": vol, "label": i % 2}, split="train" if i % 4 else "val")
-    return str(tmp_path / "ct")
 
 
 def _train_args(data: str, ckdir: Path, epochs: int, *extra: str) -> list[str]:
