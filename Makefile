@@ -64,6 +64,7 @@ lint: setup
 	@$(BIN)/ruff check src tests benchmarks
 	@$(BIN)/ruff format --check src tests benchmarks
 	@$(BIN)/mypy
+	@$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gpuspark.cluster.conf import METRICS_NAMESPACE, spark_conf
+from gpuspark.cluster.monitor_dirs import targets_dir
 from gpuspark.monitor import names
-from gpuspark.monitor.paths import targets_dir
 from gpuspark.spec import default_spec
 
 
@@ -62,7 +62,7 @@ def test_driver_and_executor_metrics_and_target(spark: Any) -> None:
 
 @pytest.mark.spark
 def test_withdraw_removes_the_target(spark: Any) -> None:
-    from gpuspark.cluster.targets import announce_app, withdraw_app
+    from gpuspark.cluster.announce import announce_app, withdraw_app
 
     app_id = announce_app(spark)
     assert app_id == spark.sparkContext.applicationId

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from gpuspark._util.procs import pid_alive
 from gpuspark.cli.main import app
-from gpuspark.monitor.discovery import remove_targets, write_targets
+from gpuspark.cluster.discovery import remove_targets, write_targets
 
 pytestmark = pytest.mark.skipif(
     not shutil.which("prometheus"), reason="prometheus missing: install Debian's prometheus"

@@ -14,7 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gpuspark.cli.main import app
-from gpuspark.monitor.discovery import write_targets
+from gpuspark.cluster.discovery import write_targets
 from gpuspark.monitor.top import from_endpoints, render
 
 # A rank that steps every 20 ms: 70% compute, 20% data wait, 10% comm; sends 1/4 of the bytes.

@@ -90,8 +90,8 @@ def top(
     json_out: JsonOpt = False,
 ) -> None:
     """Training runs live: samples/s, step-time breakdown, loss, bytes saved, data wait, GPUs."""
+    from gpuspark.cluster.monitor_dirs import targets_dir
     from gpuspark.monitor.local import running
-    from gpuspark.monitor.paths import targets_dir
     from gpuspark.monitor.top import as_json, collect, render
     from gpuspark.spec import resolve_spec
 

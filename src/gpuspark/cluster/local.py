@@ -203,7 +203,7 @@ class LocalCluster:
             self.stop()
             raise
         self._owns = True
-        from gpuspark.cluster.targets import announce_master
+        from gpuspark.cluster.announce import announce_master
 
         announce_master(self._target_name(), self.host, self.state.webui_port, self._spec_obj())
         return self
@@ -409,7 +409,7 @@ class LocalCluster:
             return []
         pids = [w.pid for w in state.workers] + [state.master_pid]
         terminate_groups(pids, timeout)
-        from gpuspark.cluster.targets import withdraw_master
+        from gpuspark.cluster.announce import withdraw_master
 
         withdraw_master(f"embedded-{state.master_port}", self._spec_obj())
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)

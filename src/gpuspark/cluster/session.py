@@ -398,15 +398,15 @@ def job_session(
         try:
             yield s
         finally:
-            from gpuspark.cluster.targets import withdraw_app
+            from gpuspark.cluster.announce import withdraw_app
 
             withdraw_app(str(s.sparkContext.applicationId), spec_obj)
             s.stop()
 
 
 def _announce(spark: SparkSession, spec: ClusterSpec | str | os.PathLike[str] | None) -> None:
-    """Publish the new application's driver UI as a Prometheus target (see :mod:`.targets`)."""
-    from gpuspark.cluster.targets import announce_app
+    """Publish the new application's driver UI as a Prometheus target (see :mod:`.announce`)."""
+    from gpuspark.cluster.announce import announce_app
     from gpuspark.spec import ClusterSpec, resolve_spec
 
     try:

@@ -12,8 +12,8 @@ from gpuspark.launch.local import run_local
 from gpuspark.launch.preflight import preflight
 from gpuspark.launch.request import LaunchRequest, make_request
 from gpuspark.launch.results import rank0_value, result_error, timeout_error
+from gpuspark.launch.run_targets import RunTargets
 from gpuspark.launch.spark import run_barrier
-from gpuspark.launch.targets import RunTargets
 
 __all__ = ["run", "run_request"]
 

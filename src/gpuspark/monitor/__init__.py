@@ -7,12 +7,12 @@ Metric and label names live in :mod:`gpuspark.monitor.names`; the alert runbook 
 
 from __future__ import annotations
 
+from gpuspark.cluster.discovery import list_targets, remove_targets, write_targets
+from gpuspark.cluster.monitor_dirs import monitor_dir, targets_dir
 from gpuspark.monitor.alertmanager import alertmanager_yml
 from gpuspark.monitor.dashboards import dashboard_expressions, render_dashboards
-from gpuspark.monitor.discovery import list_targets, remove_targets, write_targets
 from gpuspark.monitor.exporter import RankMetrics, current, serve
 from gpuspark.monitor.local import MonitorState, down, running, status, up
-from gpuspark.monitor.paths import monitor_dir, targets_dir
 from gpuspark.monitor.prometheus import EmbeddedScrape, prometheus_yml
 from gpuspark.monitor.rank_settings import check_team
 from gpuspark.monitor.render import render_monitoring, runbook_text, write_monitoring

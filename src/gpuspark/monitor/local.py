@@ -4,7 +4,7 @@
 ``prometheus.yml`` (the Spark master, applications, executors and training runs found through
 the file_sd directory; node_exporter on loopback), and starts Debian's ``prometheus`` and, when
 installed, ``prometheus-node-exporter``, both bound to 127.0.0.1. Pids, ports and logs live in
-the monitoring directory (:func:`gpuspark.monitor.paths.monitor_dir`); ``down`` stops exactly
+the monitoring directory (:func:`gpuspark.cluster.monitor_dirs.monitor_dir`); ``down`` stops exactly
 the processes ``up`` recorded there.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark._util.net import http_get, http_get_json
+from gpuspark.cluster.monitor_dirs import monitor_dir, targets_dir
 from gpuspark.errors import MonitorError
-from gpuspark.monitor.paths import monitor_dir, targets_dir
 
 __all__ = ["MonitorState", "Service", "down", "running", "status", "up"]
 

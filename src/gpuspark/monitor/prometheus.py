@@ -152,12 +152,12 @@ def prometheus_yml(
     """Content of ``prometheus.yml`` (check it: ``promtool check config``).
 
     ``targets_dir`` is the file_sd directory as the Prometheus server sees it (default
-    :func:`gpuspark.monitor.paths.targets_dir` of ``spec``). ``embedded`` selects the
+    :func:`gpuspark.cluster.monitor_dirs.targets_dir` of ``spec``). ``embedded`` selects the
     embedded-cluster variant; by default the production one: the spec's nodes, the rule files
     under ``rules/`` and Alertmanager at :data:`ALERTMANAGER_ADDRESS`.
     """
     from gpuspark._util.yamltext import dump_yaml
-    from gpuspark.monitor.paths import targets_dir as default_targets
+    from gpuspark.cluster.monitor_dirs import targets_dir as default_targets
 
     folder = Path(targets_dir).expanduser() if targets_dir is not None else default_targets(spec)
     text = dump_yaml(_document(spec, folder.absolute(), embedded))

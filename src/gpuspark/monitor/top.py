@@ -126,7 +126,7 @@ def from_endpoints(targets: Iterable[str], interval: float = 1.0) -> list[RankRo
 
 def run_targets(directory: Any) -> list[str]:
     """Every rank endpoint listed in the run target files under ``directory``."""
-    from gpuspark.monitor.discovery import list_targets
+    from gpuspark.cluster.discovery import list_targets
 
     out: list[str] = []
     for group in list_targets(directory, "runs"):

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpuspark.monitor.discovery import TargetGroup, remove_targets, write_targets
+from gpuspark.cluster.discovery import TargetGroup, remove_targets, write_targets
 
 __all__ = ["RunTargets", "target_group"]
 

@@ -1,7 +1,7 @@
 """Prometheus ``file_sd_configs`` target files: written when a run or a Spark application
 starts, removed when it ends, so targets come and go without editing ``prometheus.yml``.
 
-Layout under the targets directory (:func:`gpuspark.monitor.paths.targets_dir`), one
+Layout under the targets directory (:func:`gpuspark.cluster.monitor_dirs.targets_dir`), one
 sub-directory per scrape job of the rendered config:
 
 - ``runs/<run_id>.json``: one target per training rank, labels ``run_id``, ``rank``, ``host``,

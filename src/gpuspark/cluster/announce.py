@@ -1,7 +1,7 @@
 """Prometheus targets of the Spark processes gpuspark starts: an application's driver UI
 (driver and executor metrics) and the embedded cluster's master.
 
-Each is a file_sd file (:mod:`gpuspark.monitor.discovery`) written when the process starts and
+Each is a file_sd file (:mod:`gpuspark.cluster.discovery`) written when the process starts and
 removed when it stops, so a Prometheus rendered by ``gpuspark render monitoring`` or started
 by ``gpuspark monitor up`` finds them without configuration. Failures to write are logged and
 never stop a job: monitoring is an observer.
@@ -23,14 +23,14 @@ log = logging.getLogger(__name__)
 
 
 def _dir(spec: ClusterSpec | None) -> Any:
-    from gpuspark.monitor.paths import targets_dir
+    from gpuspark.cluster.monitor_dirs import targets_dir
 
     return targets_dir(spec)
 
 
 def announce_app(spark: Any, spec: ClusterSpec | None = None) -> str | None:
     """Write the target file of ``spark``'s driver UI; return the app id (``None``: no UI)."""
-    from gpuspark.monitor.discovery import write_targets
+    from gpuspark.cluster.discovery import write_targets
 
     sc = spark.sparkContext
     url = sc.uiWebUrl
@@ -50,7 +50,7 @@ def announce_app(spark: Any, spec: ClusterSpec | None = None) -> str | None:
 
 def withdraw_app(app_id: str, spec: ClusterSpec | None = None) -> None:
     """Remove the target file :func:`announce_app` wrote (no error if it is gone)."""
-    from gpuspark.monitor.discovery import remove_targets
+    from gpuspark.cluster.discovery import remove_targets
 
     try:
         remove_targets(_dir(spec), "spark-apps", app_id)
@@ -60,7 +60,7 @@ def withdraw_app(app_id: str, spec: ClusterSpec | None = None) -> None:
 
 def announce_master(name: str, host: str, webui_port: int, spec: ClusterSpec | None) -> None:
     """Write the target file of a standalone master's web UI (``/metrics/master/prometheus``)."""
-    from gpuspark.monitor.discovery import write_targets
+    from gpuspark.cluster.discovery import write_targets
 
     try:
         labels = {"spark_cluster": name}
@@ -71,7 +71,7 @@ def announce_master(name: str, host: str, webui_port: int, spec: ClusterSpec | N
 
 def withdraw_master(name: str, spec: ClusterSpec | None) -> None:
     """Remove the master's target file."""
-    from gpuspark.monitor.discovery import remove_targets
+    from gpuspark.cluster.discovery import remove_targets
 
     try:
         remove_targets(_dir(spec), "spark-master", name)
