@@ -18,7 +18,7 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def _python_for_executors() -> None:
-    """Executors must run this interpreter (see design.md)."""
+    """Executors must run this interpreter, or tasks fail with ModuleNotFoundError."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 

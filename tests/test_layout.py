@@ -1,6 +1,6 @@
-"""The package layout keeps its promises (design.md, "Module map"): small modules, no private
-name used across modules, no import cycles at module level, heavy imports kept out of the CLI's
-start-up. These read the source; nothing is imported."""
+"""The package layout keeps its promises (docs/architecture.md, "Module map" and "Layers"):
+small modules, no private name used across modules, no import cycles at module level, heavy
+imports kept out of the CLI's start-up. These read the source; nothing is imported."""
 
 from __future__ import annotations
 
