@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from gpuspark.cluster.team_dirs import GROUP_DIR_MODE
 from gpuspark.errors import LaunchError, SpecError
 from gpuspark.quota import check_writes, team, team_output_dir
-from gpuspark.quota.dirs import GROUP_DIR_MODE
 from gpuspark.spec import ClusterSpec, default_spec_text, parse_spec, team_root
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -58,12 +58,8 @@ def launch(
     json_out: JsonOpt = False,
 ) -> None:
     """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it."""
-    from gpuspark.launch import make_request, run_request
-    from gpuspark.monitor.rank_settings import check_team
-    from gpuspark.spec import load_spec
+    from gpuspark.launch import make_request, prepare, run_request
 
-    spec_obj = load_spec(spec) if spec is not None else None  # checked in a dry run too
-    check_team(team, spec_obj)
     req = make_request(
         script,
         *(script_args or []),
@@ -80,11 +76,12 @@ def launch(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
     )
-    if dry_run:
+    if dry_run:  # checked as the run would be (spec, team, its GPUs), then printed
+        prepare(req, spec)
         print_json({"plan": req.materialize()}) if json_out else typer.echo(req.materialize())
         return
     start = time.monotonic()
-    run_request(req, spec=spec_obj)
+    run_request(req, spec=spec)
     seconds = round(time.monotonic() - start, 2)
     if json_out:
         print_json({"ok": True, "ranks": num_processes, "seconds": seconds})

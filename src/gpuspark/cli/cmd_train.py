@@ -130,12 +130,8 @@ def train(
 ) -> None:
     """Train a recipe with DDP or FSDP on the cluster (embedded one by default); rank 0 logs
     epochs."""
-    from gpuspark.monitor.rank_settings import check_team
-    from gpuspark.spec import load_spec
     from gpuspark.train import recipes
 
-    spec_obj = load_spec(spec) if spec is not None else None  # before the dataset and torch
-    check_team(team, spec_obj)
     given = {"epochs": epochs, "batch_size": batch_size, "lr": lr}
     cfg = recipes.RecipeConfig(
         data=str(data),
@@ -168,7 +164,7 @@ def train(
         num_processes=num_processes,
         gpus_per_process=gpus_per_process,
         master=master,
-        spec=spec_obj,
+        spec=spec,
         local=local,
         team=team,
         metrics_port=metrics_port,

@@ -365,13 +365,15 @@ def job_session(
     spec: ClusterSpec | str | os.PathLike[str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
     app_name: str = "gpuspark",
+    reuse_active: bool | None = None,
     **conf: Any,
 ) -> Iterator[SparkSession]:
     """The session for one job, and the one ownership rule: stop only what was started here.
 
     ``spark`` as given; else the caller's active session (when no ``master``/``spec`` asks for
-    another); else a new session on the spec's master. When that master is the embedded
-    cluster and none runs, one is started from the spec for this job and stopped after it.
+    another, or ``reuse_active``); else a new session on the spec's master. When that master
+    is the embedded cluster and none runs, one is started from the spec for this job and
+    stopped after it.
     """
     if spark is not None:
         yield spark
@@ -379,7 +381,8 @@ def job_session(
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
-    if active is not None and master is None and spec is None:
+    reuse = (master is None and spec is None) if reuse_active is None else reuse_active
+    if active is not None and reuse:
         yield active
         return
     from gpuspark.spec import resolve_spec

@@ -97,11 +97,13 @@ def synth_risk(
     """
     t0 = time.monotonic()
     root = _check_args(dst, rows, partitions, bad_rows)
-    tmp = staging_dir(root, overwrite)
-    from gpuspark.cluster.session import JobKind, job_session
+    from gpuspark.cluster.session import job_session
+    from gpuspark.cluster.submit import prepare_job
 
+    job = prepare_job(spec=spec, master=master, app_name="gpuspark-synth-risk")
+    tmp = staging_dir(root, overwrite)
     try:
-        with job_session(JobKind.DATA, spark=spark, master=master, spec=spec) as sp:
+        with job_session(spark=spark, **job.session_args()) as sp:
             n_parts = partitions or max(1, -(-rows // _ROWS_PER_PARTITION))
             df = risk_frame(sp, rows, seed, n_parts, bad_rows)
             df.write.mode("overwrite").parquet(str(tmp))

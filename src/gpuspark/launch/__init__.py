@@ -26,7 +26,7 @@ Nothing here imports torch or pyspark at import time.
 from __future__ import annotations
 
 from gpuspark.errors import LaunchError
-from gpuspark.launch.api import run, run_request
+from gpuspark.launch.api import prepare, run, run_request
 from gpuspark.launch.preflight import ExecutorCapacity, check_capacity, check_conf, check_python
 from gpuspark.launch.ranks import restart_count
 from gpuspark.launch.request import LaunchRequest, make_request
@@ -39,6 +39,7 @@ __all__ = [
     "check_conf",
     "check_python",
     "make_request",
+    "prepare",
     "restart_count",
     "run",
     "run_request",

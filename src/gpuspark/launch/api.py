@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuspark.cluster.monitor_dirs import targets_dir
+from gpuspark.cluster.session import JobKind
+from gpuspark.cluster.submit import JobContext, prepare_job
 from gpuspark.errors import HostLostError, LaunchError
 from gpuspark.launch.local import run_local
 from gpuspark.launch.preflight import preflight
@@ -15,62 +17,66 @@ from gpuspark.launch.results import rank0_value, result_error, timeout_error
 from gpuspark.launch.run_targets import RunTargets
 from gpuspark.launch.spark import run_barrier
 
-__all__ = ["run", "run_request"]
+__all__ = ["prepare", "run", "run_request"]
 
 
-def run_request(req: LaunchRequest, spark: Any = None, *, spec: Any = None) -> Any:
+def run_request(
+    req: LaunchRequest, spark: Any = None, *, spec: Any = None, job: JobContext | None = None
+) -> Any:
     """Run a prepared :class:`LaunchRequest`; return rank 0's return value.
 
-    On Spark: ``spark`` as given (a session or context), else a training session from
-    :func:`gpuspark.cluster.session.job_session` on ``req.master`` or the spec's master (the
-    embedded cluster is started for the run when none is running, and stopped after).
+    The job is prepared once (:func:`prepare`: the spec read, the team resolved and checked),
+    unless the caller prepared it (``job``, e.g. a training recipe).
+    On Spark: ``spark`` as given (a session or context), else a training session on
+    ``req.master`` or the spec's master (the embedded cluster is started for the run when none
+    is running, and stopped after).
 
     While it runs, the ranks' ``/metrics`` endpoints are listed in the Prometheus target file
     ``<targets dir>/runs/<run_id>.json`` (:func:`gpuspark.monitor.targets_dir` of the spec),
     removed when the run ends, however it ends.
     """
-    spec_obj = _monitoring_defaults(req, spec)
+    job = prepare(req, spec) if job is None else _adopt(req, job)
     if req.local:
-        return _attempts(req, None, spec_obj)
+        return _attempts(req, None, job)
     if spark is not None:
         sc = spark.sparkContext if hasattr(spark, "sparkContext") else spark
-        return _attempts(req, sc, spec_obj)
-    from gpuspark.cluster.session import JobKind, job_session
-    from gpuspark.quota.team import team_app_name, team_conf
-
-    session_conf: dict[str, Any] = dict(team_conf(spec_obj, req.team, req.master))
-    name = team_app_name("gpuspark-launch", req.team)
-    with job_session(
-        JobKind.TRAINING, master=req.master, spec=spec, app_name=name, **session_conf
-    ) as session:
-        return _attempts(req, session.sparkContext, spec_obj)
+        return _attempts(req, sc, job)
+    with job.session() as session:
+        return _attempts(req, session.sparkContext, job)
 
 
-def _monitoring_defaults(req: LaunchRequest, spec: Any) -> Any:
-    """Resolve ``req.team`` (default: the user's team per ``members``), refuse a job above
-    its ``max_gpus``, and fill the metrics port/host from the spec; return the spec."""
-    from gpuspark.quota.team import check_team_gpus, resolve_team
-    from gpuspark.spec import resolve_spec
+def prepare(req: LaunchRequest, spec: Any = None) -> JobContext:
+    """The launch's job (:func:`gpuspark.cluster.submit.prepare_job`): the spec read once,
+    ``req.team`` resolved (default: the user's team per ``members``), a job above its
+    ``max_gpus`` refused; ``req``'s metrics port and host filled from the spec. A dry run
+    calls it too, so it fails where the run would."""
+    gpus = None if req.local else req.num_processes * req.gpus_per_process
+    job = prepare_job(
+        JobKind.TRAINING,
+        spec=spec,
+        master=req.master,
+        team=req.team,
+        app_name="gpuspark-launch",
+        gpus=gpus,
+    )
+    return _adopt(req, job)
 
-    spec_obj = resolve_spec(spec)
-    found = resolve_team(spec_obj, req.team)
-    req.team = found.name if found is not None else None
-    if not req.local:
-        check_team_gpus(spec_obj, req.team, req.num_processes * req.gpus_per_process)
+
+def _adopt(req: LaunchRequest, job: JobContext) -> JobContext:
+    """``req`` takes the job's team and the spec's metrics defaults."""
+    req.team = job.team
     if req.metrics_port is None:
-        req.metrics_port = int(spec_obj.monitoring.metrics_port)
-    req.metrics_host = req.metrics_host or str(spec_obj.monitoring.metrics_host)
-    return spec_obj
+        req.metrics_port = int(job.spec.monitoring.metrics_port)
+    req.metrics_host = req.metrics_host or str(job.spec.monitoring.metrics_host)
+    return job
 
 
-def _attempts(req: LaunchRequest, sc: Any, spec: Any) -> Any:
-    from gpuspark.monitor import targets_dir
-
-    run_id = uuid.uuid4().hex[:12]
+def _attempts(req: LaunchRequest, sc: Any, job: JobContext) -> Any:
+    run_id = job.run_id
     if sc is not None:
         req.master = req.master or str(sc.master)
         preflight(req, sc)
-    with RunTargets(targets_dir(spec), run_id, req.num_processes) as targets:
+    with RunTargets(targets_dir(job.spec), run_id, req.num_processes) as targets:
         last: list[dict[str, Any]] = []
         why = ""
         for attempt in range(req.max_attempts):
@@ -131,6 +137,7 @@ def run(
     team: str | None = None,
     metrics_port: int | None = None,
     metrics_host: str | None = None,
+    job: JobContext | None = None,
     **kwargs: Any,
 ) -> Any:
     """Run ``fn(*args, **kwargs)`` on ``num_processes`` ranks; return rank 0's return value.
@@ -148,7 +155,9 @@ def run(
     ``metrics_port`` (base port, rank's port = base + local rank; 0: off) and
     ``metrics_host`` reach the ranks as ``GPUSPARK_TEAM`` / ``GPUSPARK_METRICS_PORT`` /
     ``GPUSPARK_METRICS_HOST`` for :func:`gpuspark.monitor.exporter.serve` (unset: the spec's
-    ``[monitoring]``). Raises :class:`LaunchError` before anything starts
+    ``[monitoring]``). ``job``: a job the caller prepared
+    (:func:`gpuspark.cluster.submit.prepare_job`), whose spec and team are used as they are.
+    Raises :class:`LaunchError` before anything starts
     when the cluster cannot run the job, and naming the failing rank and host when one fails.
     """
     req = make_request(
@@ -168,4 +177,4 @@ def run(
         metrics_host=metrics_host,
         **kwargs,
     )
-    return run_request(req, spark, spec=spec)
+    return run_request(req, spark, spec=spec, job=job)

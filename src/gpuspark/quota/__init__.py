@@ -5,7 +5,7 @@ application waits, from the schedulers' own APIs."""
 
 from __future__ import annotations
 
-from gpuspark.quota.dirs import check_writes, team_output_dir
+from gpuspark.cluster.team_dirs import check_writes, team_output_dir
 from gpuspark.quota.render import SCHEDULERS, quota_notes, render_quota, write_quota
 from gpuspark.quota.status import TeamUsage, plot_usage, quota_status
 from gpuspark.quota.team import (

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from gpuspark.cluster.submit import embedded
 from gpuspark.errors import ClusterError
-from gpuspark.schedulers import NO_TEAM, Embedded, Target, TeamUsage, backend_for, http_json
+from gpuspark.schedulers import NO_TEAM, Target, TeamUsage, backend_for, http_json
 from gpuspark.schedulers.kubernetes import kueue_usage
 from gpuspark.schedulers.standalone import standalone_usage
 from gpuspark.schedulers.yarn import yarn_usage
@@ -39,23 +40,6 @@ __all__ = [
     "target",
     "yarn_usage",
 ]
-
-
-def embedded(state_dir: Any = None) -> Embedded | None:
-    """The running embedded cluster of this machine as the backends see it, or ``None``."""
-    from gpuspark.cluster.local import LocalCluster
-
-    running = LocalCluster.running(state_dir)
-    if running is None or running.state is None:
-        return None
-    shape = running.shape
-    return Embedded(
-        master_url=running.master_url or "",
-        web_ui=running.web_ui or "",
-        master_log=running.state.master_log,
-        executor_gpus=shape.executor_gpus if shape is not None else None,
-        executor_cores=shape.executor_cores if shape is not None else None,
-    )
 
 
 def target(

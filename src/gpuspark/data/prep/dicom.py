@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuspark.cluster.session import JobKind, job_session
+from gpuspark.cluster.submit import prepare_job
 from gpuspark.data.prep.common import (
     SHARD_BYTES,
     PrepResult,
@@ -110,15 +111,18 @@ def prep_dicom(
     table = read_label_table(labels)
     root = check_destination(dst, overwrite)
     opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-    from gpuspark.quota.team import submit_under
-
-    submit = submit_under(spec, team, master, app_name="gpuspark-prep-dicom", writes=[root])
+    job = prepare_job(
+        JobKind.DATA,
+        spec=spec,
+        master=master,
+        team=team,
+        app_name="gpuspark-prep-dicom",
+        writes=[root],
+    )
     announce(progress)  # starting a session (and a cluster) takes seconds: say so
     with (
-        submit.discard_on_error(),
-        job_session(
-            JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
-        ) as sp,
+        job.discard_on_error(),
+        job_session(spark=spark, **job.session_args()) as sp,
     ):
         return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from gpuspark.cluster.session import JobKind, job_session
+from gpuspark.cluster.submit import prepare_job
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
@@ -84,15 +85,18 @@ def prep_images(
     fractions = check_split(split)
     root = check_destination(dst, overwrite)
     opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-    from gpuspark.quota.team import submit_under
-
-    submit = submit_under(spec, team, master, app_name="gpuspark-prep-images", writes=[root])
+    job = prepare_job(
+        JobKind.DATA,
+        spec=spec,
+        master=master,
+        team=team,
+        app_name="gpuspark-prep-images",
+        writes=[root],
+    )
     announce(progress)  # starting a session (and a cluster) takes seconds: say so
     with (
-        submit.discard_on_error(),
-        job_session(
-            JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
-        ) as sp,
+        job.discard_on_error(),
+        job_session(spark=spark, **job.session_args()) as sp,
     ):
         return _run_images(sp, src_s, root, options, opts, progress, t0)
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from gpuspark import storage
 from gpuspark.cluster.session import JobKind, job_session
+from gpuspark.cluster.submit import prepare_job
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
@@ -109,15 +110,18 @@ def prep_text(
     fractions = check_split(split)
     root = check_destination(dst, overwrite)
     write = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-    from gpuspark.quota.team import submit_under
-
-    submit = submit_under(spec, team, master, app_name="gpuspark-prep-text", writes=[root])
+    job = prepare_job(
+        JobKind.DATA,
+        spec=spec,
+        master=master,
+        team=team,
+        app_name="gpuspark-prep-text",
+        writes=[root],
+    )
     announce(progress)
     with (
-        submit.discard_on_error(),
-        job_session(
-            JobKind.DATA, spark=spark, master=master, spec=spec, **submit.session_kwargs()
-        ) as sp,
+        job.discard_on_error(),
+        job_session(spark=spark, **job.session_args()) as sp,
     ):
         return _run(sp, src_s, root, opts, write, progress, t0)
 

@@ -442,19 +442,20 @@ def run(
     one it starts over).
     """
     from gpuspark import launch
-    from gpuspark.quota.team import submit_under
+    from gpuspark.cluster.session import JobKind
+    from gpuspark.cluster.submit import prepare_job
 
-    gpus = None if local else num_processes * gpus_per_process
-    # before the dataset, the cluster and any rank: the team (default: the user's), its cap
-    submit = submit_under(
-        spec,
-        team,
-        master,
+    # before the dataset, the cluster and any rank: the spec (read once), the team (default:
+    # the user's) and its cap, what the run writes
+    job = prepare_job(
+        JobKind.TRAINING,
+        spec=spec,
+        master=master,
+        team=team,
         app_name=f"gpuspark-train-{name}",
-        gpus=gpus,
+        gpus=None if local else num_processes * gpus_per_process,
         writes=(cfg.checkpoint_dir, cfg.out),
     )
-    team = submit.team
     cfg = resolve_paths(cfg)
     recipe = preflight(name, cfg, num_processes=num_processes)
     clear_earlier_run(cfg)
@@ -463,17 +464,13 @@ def run(
         "gpus_per_process": gpus_per_process,
         "timeout": timeout,
         "env": env,
-        "team": team,
         "metrics_port": metrics_port,
         "metrics_host": metrics_host,
         "max_restarts": max_restarts,
         "max_attempts": max_attempts,
+        "job": job,
     }
     if local:
         return launch.run(train, recipe.name, cfg, local=True, **kwargs)
-    from gpuspark.cluster.session import JobKind, job_session
-
-    with job_session(
-        JobKind.TRAINING, spark=spark, master=master, spec=spec, **submit.session_kwargs()
-    ) as sp:
+    with job.session(spark) as sp:
         return launch.run(train, recipe.name, cfg, spark=sp, **kwargs)
