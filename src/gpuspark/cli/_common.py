@@ -10,12 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
+from gpuspark._util import envvars
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 SpecOpt = Annotated[
     Path | None,
     typer.Option(
         "--spec",
-        envvar="GPUSPARK_SPEC",
+        envvar=envvars.SPEC.name,
         help="Cluster spec (TOML) whose master and [spark] settings the job uses "
         "[default: the built-in embedded-cluster spec].",
     ),

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpuspark._util import envvars
 from gpuspark.cli._common import (
     JsonOpt,
     SpecOpt,
@@ -21,7 +22,7 @@ StateDirOpt = Annotated[
     Path | None,
     typer.Option(
         "--state-dir",
-        envvar="GPUSPARK_STATE_DIR",
+        envvar=envvars.STATE_DIR.name,
         help="Where pids, ports and logs live [default: ~/.gpuspark/cluster].",
     ),
 ]

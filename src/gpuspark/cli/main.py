@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 from gpuspark import __version__
+from gpuspark._util import envvars
 from gpuspark.errors import GpusparkError
 
 app = typer.Typer(
@@ -104,7 +105,7 @@ _register()
 
 
 def _report(exc: BaseException) -> int:
-    if os.environ.get("GPUSPARK_DEBUG") == "1":
+    if os.environ.get(envvars.DEBUG.name) == "1":
         traceback.print_exception(exc)
     sys.stderr.write(f"error: {exc}\n")
     return 1
@@ -170,7 +171,7 @@ def _by_interrupt(exc: BaseException) -> bool:
 
 def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
     """One line for a Ctrl-C (no traceback, no py4j noise) and the shell's exit code 130."""
-    if exc is not None and os.environ.get("GPUSPARK_DEBUG") == "1":
+    if exc is not None and os.environ.get(envvars.DEBUG.name) == "1":
         traceback.print_exception(exc)
     words = _command_words(sys.argv[1:] if argv is None else argv)
     kept = _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")

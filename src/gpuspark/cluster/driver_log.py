@@ -17,6 +17,8 @@ import os
 import time
 from pathlib import Path
 
+from gpuspark._util import envvars
+
 __all__ = [
     "CONSOLE_LEVEL_ENV",
     "STARVING",
@@ -26,7 +28,7 @@ __all__ = [
     "write_log_config",
 ]
 
-CONSOLE_LEVEL_ENV = "GPUSPARK_SPARK_CONSOLE_LEVEL"
+CONSOLE_LEVEL_ENV = envvars.SPARK_CONSOLE_LEVEL.name
 _LEVELS = ("off", "fatal", "error", "warn", "info", "debug", "trace", "all")
 _FILE: Path | None = None
 
@@ -83,7 +85,7 @@ appender.waiting.filter.starving.onMismatch = DENY
 
 def log_dir() -> Path:
     """``$GPUSPARK_LOG_DIR`` or ``~/.gpuspark/logs``."""
-    env = os.environ.get("GPUSPARK_LOG_DIR")
+    env = envvars.LOG_DIR.get()
     return Path(env).expanduser() if env else Path.home() / ".gpuspark" / "logs"
 
 

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gpuspark._util import envvars
 from gpuspark._util.net import free_port, http_get_json
 from gpuspark._util.procs import pid_alive, spawn_group, terminate_groups
 from gpuspark.cluster.shape import EmbeddedShape, check_hosts, embedded_shape, worker_address
@@ -47,7 +48,7 @@ _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 def default_state_dir() -> Path:
     """``$GPUSPARK_STATE_DIR`` or ``~/.gpuspark/cluster``."""
-    env = os.environ.get("GPUSPARK_STATE_DIR")
+    env = envvars.STATE_DIR.get()
     return Path(env).expanduser() if env else Path.home() / ".gpuspark" / "cluster"
 
 

@@ -11,12 +11,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuspark._util import envvars
+
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
 
 __all__ = ["MONITOR_DIR_ENV", "monitor_dir", "targets_dir"]
 
-MONITOR_DIR_ENV = "GPUSPARK_MONITOR_DIR"
+MONITOR_DIR_ENV = envvars.MONITOR_DIR.name
 
 
 def monitor_dir() -> Path:

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util import envvars
 from gpuspark.errors import ClusterError, GpusparkError
 from gpuspark.schedulers import EMBEDDED_MASTERS, Backend, backend_for
 
@@ -336,8 +337,9 @@ def session(
     spark = builder.getOrCreate()
     if fresh:
         _announce(spark, spec)
-    if os.environ.get("GPUSPARK_SPARK_LOG_LEVEL"):
-        spark.sparkContext.setLogLevel(os.environ["GPUSPARK_SPARK_LOG_LEVEL"])
+    level = envvars.SPARK_LOG_LEVEL.get()
+    if level:
+        spark.sparkContext.setLogLevel(level)
     if log_file is not None and log_file.exists():
         log.info("Spark driver log: %s", log_file)
     return spark

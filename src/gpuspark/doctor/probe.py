@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuspark._util import envvars
 from gpuspark.doctor.report import Check, failure, info, ok, warning
 
 __all__ = ["PROBE_BYTES", "allreduce_probe", "bus_bandwidth", "probe_check", "run_probe"]
@@ -32,7 +33,7 @@ def allreduce_probe(nbytes: int = PROBE_BYTES, iters: int = 5) -> dict[str, Any]
     import torch
     import torch.distributed as dist
 
-    backend = os.environ.get("GPUSPARK_BACKEND", "gloo")
+    backend = os.environ.get(envvars.BACKEND.name, "gloo")
     dist.init_process_group(backend)
     device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if backend == "nccl" else "cpu"
     tensor = torch.ones(nbytes // 4, dtype=torch.float32, device=device)

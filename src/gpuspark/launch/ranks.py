@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util import envvars
+
 if TYPE_CHECKING:
     from gpuspark.launch.request import LaunchRequest
 
@@ -52,17 +54,17 @@ def rank_env(req: LaunchRequest, run_id: str, attempt: int, backend: str) -> dic
     :func:`gpuspark.monitor.exporter.serve` reads in the rank.
     """
     env = {
-        "GPUSPARK_RUN_ID": run_id,
-        "GPUSPARK_ATTEMPT": str(attempt),
-        "GPUSPARK_BACKEND": backend,
+        envvars.RUN_ID.name: run_id,
+        envvars.ATTEMPT.name: str(attempt),
+        envvars.BACKEND.name: backend,
         "PYTHONUNBUFFERED": "1",
     }
     if req.team:
-        env["GPUSPARK_TEAM"] = req.team
+        env[envvars.TEAM.name] = req.team
     if req.metrics_port is not None:
-        env["GPUSPARK_METRICS_PORT"] = str(req.metrics_port)
+        env[envvars.METRICS_PORT.name] = str(req.metrics_port)
     if req.metrics_host:
-        env["GPUSPARK_METRICS_HOST"] = req.metrics_host
+        env[envvars.METRICS_HOST.name] = req.metrics_host
     env.update({str(k): str(v) for k, v in req.env.items()})
     return env
 
@@ -96,6 +98,6 @@ def restart_count() -> int:
     stage's earlier attempts; a function resumes from its own checkpoint when this is > 0.
     """
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    attempt = int(os.environ.get("GPUSPARK_ATTEMPT", "0"))
+    attempt = int(envvars.ATTEMPT.get("0") or 0)
     max_restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
     return attempt * (max_restarts + 1) + restarts

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util import envvars
 from gpuspark.errors import LaunchError
 from gpuspark.storage import atomic_write_text
 
@@ -45,11 +46,11 @@ __all__ = [
     "write_endpoint",
 ]
 
-ENV_RUN_ID = "GPUSPARK_RUN_ID"
-ENV_TEAM = "GPUSPARK_TEAM"
-ENV_PORT = "GPUSPARK_METRICS_PORT"
-ENV_HOST = "GPUSPARK_METRICS_HOST"
-ENV_RANK_DIR = "GPUSPARK_RANK_DIR"
+ENV_RUN_ID = envvars.RUN_ID.name
+ENV_TEAM = envvars.TEAM.name
+ENV_PORT = envvars.METRICS_PORT.name
+ENV_HOST = envvars.METRICS_HOST.name
+ENV_RANK_DIR = envvars.RANK_DIR.name
 """Set by the launcher in every rank: where the rank drops its endpoint file."""
 DEFAULT_PORT = 9700
 DEFAULT_HOST = "127.0.0.1"

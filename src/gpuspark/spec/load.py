@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from gpuspark._util import envvars
 from gpuspark.errors import SpecError, did_you_mean
 from gpuspark.spec.models import ClusterSpec, RuleViolations
 from gpuspark.spec.values import show_value
@@ -177,7 +178,7 @@ def _path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-SPEC_ENV = "GPUSPARK_SPEC"
+SPEC_ENV = envvars.SPEC.name
 """Environment variable naming the spec file when no ``spec`` is passed."""
 
 

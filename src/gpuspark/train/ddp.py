@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util import envvars
 from gpuspark._util.net import free_port
 from gpuspark.errors import DDPError, did_you_mean
 
@@ -248,7 +249,7 @@ def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> s
     if dist.is_initialized():
         return str(dist.get_backend())
     if backend == "auto":
-        backend = os.environ.get("GPUSPARK_BACKEND") or (
+        backend = os.environ.get(envvars.BACKEND.name) or (
             "nccl" if torch.cuda.is_available() else "gloo"
         )
     if "RANK" not in os.environ:

@@ -103,10 +103,8 @@ def _rank() -> tuple[int, int]:
 
 
 def _restarts() -> int:
-    try:
-        from gpuspark.launch import restart_count
-    except ImportError:
-        return int(os.environ.get("GPUSPARK_RESTART_COUNT", "0"))
+    from gpuspark.launch import restart_count
+
     return int(restart_count())
 
 

@@ -26,13 +26,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpuspark import storage
+from gpuspark._util import envvars
 from gpuspark.data.table.batch import TableBatch
 from gpuspark.data.table.columns import DEFAULT_BLOCK_ROWS, TABLE_VERSION, TableInfo
 from gpuspark.errors import TableError, did_you_mean
 
 __all__ = ["CACHE_ENV", "DataFrameShards", "FeaturesLabel", "cache_key", "from_dataframe"]
 
-CACHE_ENV = "GPUSPARK_CACHE_DIR"
+CACHE_ENV = envvars.CACHE_DIR.name
 """Environment variable naming the DataFrame cache folder (default: ``gpuspark-data/dataframes``
 under the working directory, the spec's default storage root)."""
 _EXPR_ID = re.compile(r"#\d+L?")

@@ -26,6 +26,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuspark._util import envvars
 from gpuspark._util.net import free_port
 from gpuspark.launch._internal.worker import set_parent_death_signal, set_process_name
 from gpuspark.monitor.rank_settings import endpoint_rank, read_endpoint
@@ -169,7 +170,7 @@ def _plain_agent_logging() -> None:
 def _agent_main(spec: TaskSpec, log_dir: str) -> dict[str, Any]:
     """Body of the forked agent process; returns what the task reports."""
     os.environ.update(spec.env)
-    os.environ["GPUSPARK_AGENT_PID"] = str(os.getpid())
+    os.environ[envvars.AGENT_PID.name] = str(os.getpid())
     set_process_name(f"gpuspark-agent{spec.task_index}")
     # Never let the agent initialise CUDA: ranks are forked from it (torch issue #40403).
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
@@ -474,7 +475,7 @@ def run_task(spec: TaskSpec, sink: Sink, timeout: float | None = None) -> dict[s
     try:
         result = _collect(spec, log_dir, status, why, tailer.tails)
     finally:
-        if not os.environ.get("GPUSPARK_KEEP_LOGS"):  # debugging: keep agent and rank logs
+        if not envvars.KEEP_LOGS.get():  # debugging: keep agent and rank logs
             shutil.rmtree(log_dir, ignore_errors=True)
     if not result.get("ok") and "stopped" not in result:
         with contextlib.suppress(Exception):

@@ -18,9 +18,11 @@ import contextlib
 import os
 import sys
 
+from gpuspark._util import envvars
+
 __all__ = ["PATH_ENV", "start"]
 
-PATH_ENV = "GPUSPARK_FORKSERVER_SYS_PATH"
+PATH_ENV = envvars.FORKSERVER_SYS_PATH.name
 """Set only while the agent starts its fork server: the agent's ``sys.path``."""
 
 _PRELOAD = ["gpuspark.launch._internal.forkserver"]

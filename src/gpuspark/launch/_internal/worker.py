@@ -24,6 +24,7 @@ import time
 import traceback
 from typing import Any
 
+from gpuspark._util import envvars
 from gpuspark._util.procs import pid_alive
 
 __all__ = ["entry", "main", "set_parent_death_signal", "set_process_name"]
@@ -81,14 +82,14 @@ def _redirect_output(log_dir: str) -> None:
 
 def _setup(log_dir: str) -> None:
     set_parent_death_signal(signal.SIGKILL)
-    agent = os.environ.get("GPUSPARK_AGENT_PID")
+    agent = envvars.AGENT_PID.get()
     if agent and os.getppid() != int(agent) and not pid_alive(int(agent)):
         os._exit(1)  # the agent died before we could follow it (a forked rank's parent is the
         # agent; a rank from the agent's fork server follows the server, which ends with it)
     _redirect_output(log_dir)
     set_process_name(f"gpuspark-rank{_rank()}")
     # Where gpuspark.monitor.serve() drops the endpoint it bound; the task forwards it.
-    os.environ["GPUSPARK_RANK_DIR"] = log_dir
+    os.environ[envvars.RANK_DIR.name] = log_dir
 
 
 def _record_failure(log_dir: str, exc: BaseException) -> None:

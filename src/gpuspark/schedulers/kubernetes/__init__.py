@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark import storage
+from gpuspark._util import envvars
 from gpuspark.errors import ClusterError
 from gpuspark.schedulers.base import Backend, Embedded, Reason, Target, TeamUsage, queue_usage
 from gpuspark.schedulers.kubernetes import kueue, volcano
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["QUOTA_DIR_ENV", "KubernetesBackend", "kueue_usage"]
 
-QUOTA_DIR_ENV = "GPUSPARK_QUOTA_DIR"
+QUOTA_DIR_ENV = envvars.QUOTA_DIR.name
 """Where a job's Volcano PodGroup templates are written (default ``~/.gpuspark/quota``)."""
 _SCHEME = "k8s://"
 _IMAGE = "spark.kubernetes.container.image"

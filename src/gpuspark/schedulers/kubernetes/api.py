@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuspark._util import envvars
 from gpuspark.errors import ClusterError
 from gpuspark.schedulers.base import Reason, http_json
 
@@ -48,7 +49,7 @@ class K8sAuth:
 def k8s_auth(server: str | None = None, token: str | None = None) -> K8sAuth:
     """``server``/``token`` as given, else ``$GPUSPARK_K8S_TOKEN``, else the kubeconfig's
     (``$KUBECONFIG`` or ``~/.kube/config``) current context: server, token, CA data."""
-    token = token or os.environ.get("GPUSPARK_K8S_TOKEN")
+    token = token or envvars.K8S_TOKEN.get()
     if server and token:
         return K8sAuth(server.rstrip("/"), token)
     cluster, user = _kubeconfig()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util import envvars
 from gpuspark.errors import ClusterError
 from gpuspark.schedulers.base import Backend, Embedded, Reason, Target, TeamUsage, queue_usage
 from gpuspark.schedulers.yarn.api import (
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RM_ENV", "YarnBackend", "yarn_usage"]
 
-RM_ENV = "GPUSPARK_YARN_RM"
+RM_ENV = envvars.YARN_RM.name
 """The ResourceManager's web address when ``--url`` does not give it."""
 _MASTER = "yarn"
 
