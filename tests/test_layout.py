@@ -150,3 +150,139 @@ def test_cli_modules_import_nothing_heavy_at_start(module: str) -> None:
             names = [node.module or ""]
         heavy = [n for n in names if n.split(".")[0] in HEAVY]
         assert not heavy, f"{module} imports {heavy} at start-up"
+
+
+# A function-level import of a gpuspark module is an exception, listed here with its reason:
+# (importer, imported, reason), fnmatch patterns on dotted module names. Everything else is
+# imported at module level, where the import graph (and import-linter) sees it.
+LAZY_IMPORTS: list[tuple[str, str, str]] = [
+    (
+        "gpuspark.cli*",
+        "gpuspark*",
+        "the CLI imports the library in the command that runs, so "
+        "`gpuspark --help` starts in a fraction of a second",
+    ),
+    (
+        "gpuspark.cluster.session",
+        "gpuspark.cluster.local",
+        "cycle: the embedded cluster (local.py) builds its sessions through session.py",
+    ),
+    (
+        "gpuspark.data",
+        "gpuspark.data.table",
+        "a lazy attribute: `gpuspark.data.from_dataframe` without loading the table package",
+    ),
+    (
+        "gpuspark.data.format.example",
+        "gpuspark.data.format._example_pb",
+        "heavy: the generated protobuf module imports google.protobuf",
+    ),
+    (
+        "gpuspark.data.load.dataset",
+        "gpuspark.data.load.loader",
+        "cycle: the loader module imports the dataset's types",
+    ),
+    (
+        "gpuspark.data.load.table",
+        "gpuspark.data.load.table_loader",
+        "cycle: the table loader imports the table dataset's types",
+    ),
+    (
+        "gpuspark.data.prep.*",
+        "gpuspark.data.write",
+        "heavy: the writers import numpy; a prep job checks its arguments without it",
+    ),
+    (
+        "gpuspark.data.prep.images",
+        "gpuspark.data.format",
+        "heavy: the format package imports numpy; the same as for the writers",
+    ),
+    (
+        "gpuspark.data.table.frame",
+        "gpuspark.data.load",
+        "cycle: data.load's table reader imports data.table",
+    ),
+    (
+        "gpuspark.demo.pipeline",
+        "gpuspark.data.prep",
+        "heavy: the prep jobs import numpy; the demo checks its options first",
+    ),
+    (
+        "gpuspark.demo.pipeline",
+        "gpuspark.train",
+        "heavy: training imports numpy and torch; the demo checks its options first",
+    ),
+    (
+        "gpuspark.demo.synth_risk",
+        "gpuspark.cluster.session",
+        "the tests replace job_session where the Spark job would start",
+    ),
+    (
+        "gpuspark.doctor.task",
+        "gpuspark",
+        "runs inside a Spark task: importing gpuspark there is what the check tests",
+    ),
+    (
+        "gpuspark.launch._internal.*",
+        "gpuspark.launch._internal*",
+        "runs in the task's forked or spawned process, after the fork",
+    ),
+    (
+        "gpuspark.plan.*",
+        "gpuspark.train.recipes",
+        "heavy: the recipes import numpy (their models torch); the planner's formulas do not",
+    ),
+    ("gpuspark.spec.rules", "gpuspark.spec.models", "cycle: the models call their rules"),
+    ("gpuspark.spec.rules", "gpuspark.spec.teams", "cycle: teams imports the models"),
+    (
+        "gpuspark.train.checkpoint",
+        "gpuspark.train",
+        "cycle: ddp imports checkpoint (hook state); load dispatches to ddp",
+    ),
+    ("gpuspark.train.ddp", "gpuspark.train", "cycle: fsdp imports ddp; prepare dispatches to fsdp"),
+    (
+        "gpuspark.train.recipes.bert",
+        "gpuspark.train.recipes.bert_model",
+        "heavy: the model module imports torch at module level",
+    ),
+    (
+        "gpuspark.train.recipes.tabular",
+        "gpuspark.train.recipes.tabular_model",
+        "heavy: the model module imports torch at module level",
+    ),
+]
+
+
+def _function_level_imports() -> list[tuple[str, str]]:
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    target = _resolve(module, node)
+                    if target.startswith("gpuspark"):
+                        found.append((module, target))
+                elif isinstance(node, ast.Import):
+                    found += [(module, a.name) for a in node.names if a.name.startswith("gpuspark")]
+    return found
+
+
+def _lazy_rule(importer: str, imported: str) -> tuple[str, str, str] | None:
+    from fnmatch import fnmatchcase
+
+    for rule in LAZY_IMPORTS:
+        if fnmatchcase(importer, rule[0]) and fnmatchcase(imported, rule[1]):
+            return rule
+    return None
+
+
+def test_function_level_imports_are_listed_with_their_reason() -> None:
+    found = _function_level_imports()
+    unlisted = sorted({f"{a} -> {b}" for a, b in found if _lazy_rule(a, b) is None})
+    assert not unlisted, "import at module level, or list with a reason: " + ", ".join(unlisted)
+    used = {_lazy_rule(a, b) for a, b in found}
+    stale = [f"{r[0]} -> {r[1]}" for r in LAZY_IMPORTS if r not in used]
+    assert not stale, f"listed but no longer lazy: {stale}"

@@ -14,6 +14,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from gpuspark.cluster.discovery import remove_targets, write_targets
+from gpuspark.cluster.monitor_dirs import targets_dir
+
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
 
@@ -23,14 +26,12 @@ log = logging.getLogger(__name__)
 
 
 def _dir(spec: ClusterSpec | None) -> Any:
-    from gpuspark.cluster.monitor_dirs import targets_dir
 
     return targets_dir(spec)
 
 
 def announce_app(spark: Any, spec: ClusterSpec | None = None) -> str | None:
     """Write the target file of ``spark``'s driver UI; return the app id (``None``: no UI)."""
-    from gpuspark.cluster.discovery import write_targets
 
     sc = spark.sparkContext
     url = sc.uiWebUrl
@@ -50,7 +51,6 @@ def announce_app(spark: Any, spec: ClusterSpec | None = None) -> str | None:
 
 def withdraw_app(app_id: str, spec: ClusterSpec | None = None) -> None:
     """Remove the target file :func:`announce_app` wrote (no error if it is gone)."""
-    from gpuspark.cluster.discovery import remove_targets
 
     try:
         remove_targets(_dir(spec), "spark-apps", app_id)
@@ -60,7 +60,6 @@ def withdraw_app(app_id: str, spec: ClusterSpec | None = None) -> None:
 
 def announce_master(name: str, host: str, webui_port: int, spec: ClusterSpec | None) -> None:
     """Write the target file of a standalone master's web UI (``/metrics/master/prometheus``)."""
-    from gpuspark.cluster.discovery import write_targets
 
     try:
         labels = {"spark_cluster": name}
@@ -71,7 +70,6 @@ def announce_master(name: str, host: str, webui_port: int, spec: ClusterSpec | N
 
 def withdraw_master(name: str, spec: ClusterSpec | None) -> None:
     """Remove the master's target file."""
-    from gpuspark.cluster.discovery import remove_targets
 
     try:
         remove_targets(_dir(spec), "spark-master", name)

@@ -13,6 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from gpuspark.cluster.security import security_conf
 from gpuspark.schedulers import backend_for
 from gpuspark.spec import ClusterSpec
 
@@ -108,7 +109,6 @@ def spark_defaults(
     """Content of ``spark-defaults.conf`` (application and standalone worker settings; with
     the spec's ``[security]`` on, its properties, the shared secret shown redacted unless
     ``secret`` is given: then the file must stay private to the Spark user)."""
-    from gpuspark.cluster.security import security_conf
 
     script = discovery_script_path or spec.spark.discovery_script
     conf = spark_conf(spec, discovery_script_path=script)

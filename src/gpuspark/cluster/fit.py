@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspark._util.net import http_get_json
+from gpuspark.cluster.shape import parse_memory_mb
 from gpuspark.errors import ClusterError
 from gpuspark.schedulers import find_backend
 from gpuspark.schedulers.standalone import MASTER_UI_PORT, gpu_count
@@ -44,7 +45,6 @@ class ExecutorNeed:
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> ExecutorNeed:
         """From ``spark.executor.cores``, ``.memory`` (Spark's default 1g) and GPU amount."""
-        from gpuspark.cluster.shape import parse_memory_mb  # it imports the spec models
 
         gpus = float(conf.get("spark.executor.resource.gpu.amount", 0) or 0)
         return cls(

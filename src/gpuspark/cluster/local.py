@@ -26,9 +26,14 @@ from typing import Any
 from gpuspark._util import envvars
 from gpuspark._util.net import free_port, http_get_json
 from gpuspark._util.procs import pid_alive, spawn_group, terminate_groups
+from gpuspark.cluster.announce import announce_master, withdraw_master
+from gpuspark.cluster.conf import metrics_properties, write_rendered
+from gpuspark.cluster.security import ensure_secret, read_secret
+from gpuspark.cluster.session import session
 from gpuspark.cluster.shape import EmbeddedShape, check_hosts, embedded_shape, worker_address
 from gpuspark.cluster.state import ClusterState, ClusterStatus, WorkerState, WorkerStatus
-from gpuspark.errors import ClusterError
+from gpuspark.errors import ClusterError, GpusparkError
+from gpuspark.spec import default_spec, resolve_spec
 
 __all__ = [
     "ClusterState",
@@ -123,7 +128,6 @@ class LocalCluster:
     def plan_shape(self, real_gpus: list[str] | None = None) -> EmbeddedShape:
         """Workers and executors this cluster starts with, derived from its spec (no side
         effects besides ``nvidia-smi -L`` when ``real_gpus`` is not given)."""
-        from gpuspark.spec import resolve_spec
 
         spec = resolve_spec(self.spec)
         real = detect_gpus() if real_gpus is None else real_gpus
@@ -204,7 +208,6 @@ class LocalCluster:
             self.stop()
             raise
         self._owns = True
-        from gpuspark.cluster.announce import announce_master
 
         announce_master(self._target_name(), self.host, self.state.webui_port, self._spec_obj())
         return self
@@ -215,8 +218,6 @@ class LocalCluster:
 
     def _spec_obj(self) -> Any:
         """The spec as an object for monitoring paths; ``None`` if it cannot be read now."""
-        from gpuspark.errors import GpusparkError
-        from gpuspark.spec import resolve_spec
 
         try:
             return resolve_spec(self.spec)
@@ -226,8 +227,6 @@ class LocalCluster:
     def _write_metrics_conf(self) -> Path:
         """``$SPARK_CONF_DIR/metrics.properties`` for master and workers: the same
         PrometheusServlet paths as a rendered production conf (``/metrics/master/prometheus``)."""
-        from gpuspark.cluster.conf import metrics_properties
-        from gpuspark.spec import default_spec
 
         conf_dir = self.state_dir / "conf"
         conf_dir.mkdir(exist_ok=True)
@@ -242,8 +241,6 @@ class LocalCluster:
         """With ``secure``: the shared secret (generated once per state directory, mode 600)
         and ``$SPARK_CONF_DIR/spark-defaults.conf`` (mode 600) that the master reads; the
         workers get the same lines in their properties files. ``None`` when not secure."""
-        from gpuspark.cluster.conf import write_rendered
-        from gpuspark.cluster.security import ensure_secret
 
         conf_dir = self.state_dir / "conf"
         if not self.secure:
@@ -300,8 +297,6 @@ class LocalCluster:
         port, webui = free_port(host), free_port(host)
         work = self.state_dir / f"worker-{index}"
         work.mkdir(exist_ok=True)
-        from gpuspark.cluster.conf import write_rendered
-        from gpuspark.cluster.security import read_secret
 
         text = _worker_properties(work, addresses)
         if self.state.secure:
@@ -410,7 +405,6 @@ class LocalCluster:
             return []
         pids = [w.pid for w in state.workers] + [state.master_pid]
         terminate_groups(pids, timeout)
-        from gpuspark.cluster.announce import withdraw_master
 
         withdraw_master(f"embedded-{state.master_port}", self._spec_obj())
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
@@ -422,7 +416,6 @@ class LocalCluster:
     def session(self, kind: str = "data", **conf: Any) -> Any:
         """A ``SparkSession`` on this cluster shaped by its spec (see
         :func:`gpuspark.cluster.session`); ``kind`` is ``"data"`` or ``"training"``."""
-        from gpuspark.cluster.session import session
 
         return session(master=self.master_url, kind=kind, spec=self.spec, cluster=self, **conf)
 

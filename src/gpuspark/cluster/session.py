@@ -28,8 +28,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuspark._util import envvars
+from gpuspark.cluster.announce import announce_app, withdraw_app
+from gpuspark.cluster.conf import driver_metrics_conf, spark_conf
+from gpuspark.cluster.driver_log import driver_java_options, write_log_config
+from gpuspark.cluster.fit import check_fits
+from gpuspark.cluster.security import read_secret, redact, security_conf
 from gpuspark.errors import ClusterError, GpusparkError
 from gpuspark.schedulers import EMBEDDED_MASTERS, Backend, backend_for
+from gpuspark.spec import ClusterSpec, gpu_slots_per_executor, resolve_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +84,6 @@ class SessionPlan:
         parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
         parts += ["spark-submit", "--master", shlex.quote(self.master)]
         parts += ["--name", shlex.quote(self.app_name)]
-        from gpuspark.cluster.security import redact
 
         for key, value in sorted(redact(self.conf).items()):
             parts += ["--conf", shlex.quote(f"{key}={value}")]
@@ -131,7 +136,6 @@ def _embedded_at(master: str, state_dir: Any) -> LocalCluster | None:
 
 def _embedded_conf(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
     """The spec's settings with the embedded cluster's executor shape (see :mod:`.shape`)."""
-    from gpuspark.cluster.conf import spark_conf
 
     conf = {
         k: v
@@ -153,7 +157,6 @@ def _embedded_conf(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
 
 def _embedded_security(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
     """A secure embedded cluster (``cluster up --secure``): its secret, the spec's ACLs."""
-    from gpuspark.cluster.security import read_secret, security_conf
 
     state = cluster.state
     if state is None or not state.secure:
@@ -167,7 +170,6 @@ def _embedded_security(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, st
 def _spec_security(spec: ClusterSpec, backend: Backend) -> dict[str, str]:
     """The spec's ``[security]`` with the secret read from its file (none for ``local[N]``:
     everything runs in the driver's JVM)."""
-    from gpuspark.cluster.security import read_secret, security_conf
 
     if not spec.security.enabled or backend.in_process:
         return {}
@@ -186,7 +188,6 @@ def _wait_for_executors(cores: int) -> dict[str, str]:
 
 
 def _spec_conf(spec: ClusterSpec, backend: Backend) -> dict[str, str]:
-    from gpuspark.cluster.conf import spark_conf
 
     return backend.session_spec_conf(spark_conf(spec))
 
@@ -203,7 +204,6 @@ def _kind_conf(conf: dict[str, str], kind: JobKind) -> dict[str, str]:
 
 def _route_driver_log(conf: dict[str, str]) -> None:
     """Driver log to a file, only errors on the console (see :mod:`.driver_log`)."""
-    from gpuspark.cluster.driver_log import driver_java_options
 
     key = "spark.driver.extraJavaOptions"
     options = driver_java_options(conf.get(key))
@@ -214,7 +214,6 @@ def _route_driver_log(conf: dict[str, str]) -> None:
 def check_slots(conf: dict[str, str]) -> None:
     """Refuse an executor shape whose GPU and CPU task slots differ: Spark would warn that it
     "will result in wasted resources" and leave cores or GPU shares idle."""
-    from gpuspark.spec import gpu_slots_per_executor
 
     gpus = float(conf.get("spark.executor.resource.gpu.amount", 0) or 0)
     amount = float(conf.get("spark.task.resource.gpu.amount", 0) or 0)
@@ -253,8 +252,6 @@ def session_plan(
     Keyword names may use ``_`` for ``.`` (``spark_executor_cores=4``). Raises
     :class:`ClusterError` for a shape Spark would call wasteful.
     """
-    from gpuspark.cluster.conf import driver_metrics_conf
-    from gpuspark.spec import resolve_spec
 
     spec_obj = resolve_spec(spec)
     target = master or spec_obj.spark.master
@@ -320,12 +317,8 @@ def session(
     os.environ.update(plan.env)
     from pyspark.sql import SparkSession
 
-    from gpuspark.cluster.driver_log import write_log_config
-
     active = SparkSession.getActiveSession()
     if active is None:
-        from gpuspark.cluster.fit import check_fits
-
         check_fits(plan.master, plan.conf, plan.master_ui)  # before Spark waits in silence
     else:
         _check_reuse(active, plan.master)
@@ -387,7 +380,6 @@ def job_session(
     if active is not None and reuse:
         yield active
         return
-    from gpuspark.spec import resolve_spec
 
     spec_obj = resolve_spec(spec)  # once: the file is read here, not again per step
     with _cluster_for(master, spec_obj, state_dir) as cluster:
@@ -403,16 +395,12 @@ def job_session(
         try:
             yield s
         finally:
-            from gpuspark.cluster.announce import withdraw_app
-
             withdraw_app(str(s.sparkContext.applicationId), spec_obj)
             s.stop()
 
 
 def _announce(spark: SparkSession, spec: ClusterSpec | str | os.PathLike[str] | None) -> None:
     """Publish the new application's driver UI as a Prometheus target (see :mod:`.announce`)."""
-    from gpuspark.cluster.announce import announce_app
-    from gpuspark.spec import ClusterSpec, resolve_spec
 
     try:
         spec_obj = spec if isinstance(spec, ClusterSpec) else resolve_spec(spec)

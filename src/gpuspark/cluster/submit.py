@@ -19,10 +19,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuspark.cluster.local import LocalCluster
 from gpuspark.cluster.session import JobKind, job_session
 from gpuspark.cluster.team_dirs import check_writes, remove_created, team_output_dir
 from gpuspark.schedulers import Backend, Embedded, backend_for
 from gpuspark.schedulers.standalone.api import team_app_name
+from gpuspark.spec import resolve_spec
 from gpuspark.spec.teams import check_team_gpus, find_team, resolve_team
 
 if TYPE_CHECKING:
@@ -38,7 +40,6 @@ TEAM_CONF = "spark.gpuspark.team"
 
 def embedded(state_dir: Any = None) -> Embedded | None:
     """The running embedded cluster of this machine as the backends see it, or ``None``."""
-    from gpuspark.cluster.local import LocalCluster
 
     running = LocalCluster.running(state_dir)
     if running is None or running.state is None:
@@ -159,7 +160,6 @@ def prepare_job(
     docstring). ``gpus``: what the job holds at most (``None``: not checked); ``writes``: the
     directories it writes (``None`` entries skipped); for a team with a ``group`` they are
     made now, group-owned, and listed in ``created``. ``spec``: a spec, a path or ``None``."""
-    from gpuspark.spec import resolve_spec
 
     spec_obj = resolve_spec(spec)
     found = resolve_team(spec_obj, team)

@@ -18,8 +18,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuspark.cluster.local import LocalCluster
 from gpuspark.demo.config import DemoConfig
 from gpuspark.demo.report import build_report, write_report
+from gpuspark.demo.staging import check_output_dir
+from gpuspark.demo.synth_ct import synth_ct
+from gpuspark.spec import load_spec, resolve_spec
 
 if TYPE_CHECKING:
     from gpuspark.train.recipes.summary import TrainSummary
@@ -33,13 +37,10 @@ def run_demo(cfg: DemoConfig, *, log: Any = print, spark: Any = None) -> dict[st
     With ``spark`` (a session on a cluster with 2 GPU slots per executor) the demo runs there
     and no cluster is started or stopped.
     """
-    from gpuspark.demo.staging import check_output_dir
 
     out = Path(cfg.out).resolve()
     check_output_dir(Path(cfg.out), "output directory")
     if spark is None and cfg.spec is not None:  # a bad spec is refused before anything is written
-        from gpuspark.spec import load_spec
-
         load_spec(cfg.spec)
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
@@ -57,8 +58,6 @@ def run_demo(cfg: DemoConfig, *, log: Any = print, spark: Any = None) -> dict[st
 def _on_embedded_cluster(
     cfg: DemoConfig, out: Path, timings: dict[str, float], log: Any
 ) -> tuple[Any, Any, TrainSummary]:
-    from gpuspark.cluster.local import LocalCluster
-    from gpuspark.spec import resolve_spec
 
     t0 = time.perf_counter()
     spec = resolve_spec(cfg.spec)
@@ -85,7 +84,6 @@ def _pipeline(
     cfg: DemoConfig, out: Path, spark: Any, timings: dict[str, float], log: Any
 ) -> tuple[Any, Any, TrainSummary]:
     from gpuspark.data.prep import prep_dicom
-    from gpuspark.demo.synth_ct import synth_ct
     from gpuspark.train import recipes
 
     t0 = time.perf_counter()

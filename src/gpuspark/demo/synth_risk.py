@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
+from gpuspark.cluster.submit import prepare_job
 from gpuspark.demo.staging import commit_dir, staging_dir
 from gpuspark.errors import GpusparkError
 
@@ -98,7 +99,6 @@ def synth_risk(
     t0 = time.monotonic()
     root = _check_args(dst, rows, partitions, bad_rows)
     from gpuspark.cluster.session import job_session
-    from gpuspark.cluster.submit import prepare_job
 
     job = prepare_job(spec=spec, master=master, app_name="gpuspark-synth-risk")
     tmp = staging_dir(root, overwrite)

@@ -10,7 +10,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuspark.cluster.session import check_slots
 from gpuspark.doctor.report import Check, failure, info, ok, warning
+from gpuspark.errors import GpusparkError
+from gpuspark.launch import check_capacity
 
 __all__ = [
     "FACT_KEYS",
@@ -182,8 +185,6 @@ def disjoint_check(workers: Sequence[Mapping[str, Any]], simulated: bool) -> Che
 
 def slot_check(conf: Mapping[str, str], simulated: bool) -> Check:
     """Executor GPUs, task GPU amount and cores agree (the spec validator's slot rule)."""
-    from gpuspark.cluster.session import check_slots
-    from gpuspark.errors import GpusparkError
 
     name = "GPU slots"
     gpus = conf.get("spark.executor.resource.gpu.amount")
@@ -201,8 +202,6 @@ def slot_check(conf: Mapping[str, str], simulated: bool) -> Check:
 
 def capacity_check(cap: Any, world_size: int | None) -> Check:
     """Whole-GPU barrier slots vs the world size asked for (``None``: just report them)."""
-    from gpuspark.errors import GpusparkError
-    from gpuspark.launch import check_capacity
 
     name = "training capacity"
     gpus_per_task = 1.0 if cap.gpus_per_executor > 0 else 0.0

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark._util.net import http_get_json
+from gpuspark.cluster.local import LocalCluster
+from gpuspark.cluster.session import JobKind, job_session, session_plan
+from gpuspark.doctor import task
 from gpuspark.doctor.cluster import (
     capacity_check,
     discovery_output_check,
@@ -28,8 +31,13 @@ from gpuspark.doctor.cluster import (
     workers_check,
 )
 from gpuspark.doctor.node import node_checks, tool_output
+from gpuspark.doctor.probe import run_probe
 from gpuspark.doctor.report import Check, Report, failure, info, ok, skipped, warning
+from gpuspark.doctor.task import python_facts
+from gpuspark.errors import GpusparkError
+from gpuspark.launch.preflight import executor_capacity
 from gpuspark.schedulers import find_backend
+from gpuspark.spec import resolve_spec
 
 if TYPE_CHECKING:
     from gpuspark.cluster.local import LocalCluster
@@ -55,15 +63,12 @@ def run_checks(
     the built-in spec); ``master`` overrides its master. Nothing raises for what it finds: each
     finding is a check of the returned :class:`Report` (``exit_code`` 1 on any failure).
     """
-    from gpuspark.spec import resolve_spec
 
     spec_obj = resolve_spec(spec)
     report = Report()
     report.add(node_checks(spec_obj))
     report.add(cluster_checks(spec, master, world_size))
     if probe:
-        from gpuspark.doctor.probe import run_probe
-
         report.add(run_probe(spec, master, world_size, spark=_active_session()))
     return report
 
@@ -80,7 +85,6 @@ def _active_session() -> Any:
 
 def cluster_checks(spec: Any, master: str | None, world_size: int | None) -> list[Check]:
     """Master, workers, discovery, then the checks that need a session."""
-    from gpuspark.spec import resolve_spec
 
     target = master or resolve_spec(spec).spark.master
     cluster = _embedded(target)
@@ -108,7 +112,6 @@ def cluster_checks(spec: Any, master: str | None, world_size: int | None) -> lis
 
 
 def _embedded(target: str) -> LocalCluster | None:
-    from gpuspark.cluster.local import LocalCluster
 
     running = LocalCluster.running()
     if running is None:
@@ -177,9 +180,6 @@ def _embedded_discovery(cluster: LocalCluster) -> list[Check]:
 def _session_checks(
     spec: Any, master: str | None, world_size: int | None, simulated: bool
 ) -> list[Check]:
-    from gpuspark.cluster.session import JobKind, job_session
-    from gpuspark.errors import GpusparkError
-
     try:
         with job_session(JobKind.DATA, master=master, spec=spec, app_name="gpuspark-doctor") as s:
             checks = _live_conf_checks(s.sparkContext, world_size, simulated)
@@ -193,8 +193,6 @@ def _session_checks(
 
 
 def _live_conf_checks(sc: Any, world_size: int | None, simulated: bool) -> list[Check]:
-    from gpuspark.doctor.task import python_facts
-    from gpuspark.launch.preflight import executor_capacity
 
     conf = dict(sc.getConf().getAll())
     checks = [slot_check(conf, simulated)]
@@ -211,7 +209,6 @@ def _live_conf_checks(sc: Any, world_size: int | None, simulated: bool) -> list[
 
 def _training_plan_check(spec: Any, master: str | None) -> Check:
     """The conf gpuspark gives a training session on this cluster: dynamic allocation off."""
-    from gpuspark.cluster.session import JobKind, session_plan
 
     plan = session_plan(master, spec, kind=JobKind.TRAINING)
     return dynamic_allocation_check(plan.conf, training=True)
@@ -226,8 +223,6 @@ def executor_facts(
     from concurrent.futures import TimeoutError as FutureTimeout
 
     from pyspark import cloudpickle
-
-    from gpuspark.doctor import task
 
     cloudpickle.register_pickle_by_value(task)  # executors need pyspark only, not gpuspark
     n = max(1, int(sc.defaultParallelism))

@@ -8,6 +8,9 @@ from typing import Any
 
 from gpuspark._util import envvars
 from gpuspark.doctor.report import Check, failure, info, ok, warning
+from gpuspark.errors import GpusparkError
+from gpuspark.launch import run
+from gpuspark.spec import resolve_spec
 
 __all__ = ["PROBE_BYTES", "allreduce_probe", "bus_bandwidth", "probe_check", "run_probe"]
 
@@ -83,10 +86,6 @@ def run_probe(spec: Any, master: str | None, world_size: int | None, spark: Any 
     """Run :func:`allreduce_probe` on ``world_size`` ranks (default 2), one whole GPU each
     (simulated slots on the embedded cluster), through :func:`gpuspark.launch.run` in a training
     session; any launch error becomes a failed check."""
-    from gpuspark.errors import GpusparkError
-    from gpuspark.launch import run
-    from gpuspark.spec import resolve_spec
-
     spec_obj = resolve_spec(spec)
     target = master or spec_obj.spark.master
     gpus = 0 if target.startswith("local[") else 1

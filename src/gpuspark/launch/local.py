@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuspark.errors import LaunchError
+from gpuspark.launch._internal.agent import TaskSpec, run_task, store_port
+from gpuspark.launch._internal.logs import PrintSink
 from gpuspark.launch.ranks import cuda_available, rank_env, resolve_backend, start_method
 from gpuspark.launch.request import LaunchRequest
 
@@ -23,9 +25,6 @@ def run_local(
     ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it.
     """
     import torch.distributed.launcher.api  # noqa: F401  (imported once here, not per fork)
-
-    from gpuspark.launch._internal.agent import TaskSpec, run_task, store_port
-    from gpuspark.launch._internal.logs import PrintSink
 
     want_gpus = req.gpus_per_process > 0
     cuda = want_gpus and cuda_available()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuspark.errors import LaunchError
+from gpuspark.errors import LaunchError, did_you_mean
 
 __all__ = ["LaunchRequest", "make_request"]
 
@@ -169,8 +169,6 @@ def _check_shape(req: LaunchRequest) -> None:
             remedy="use 1 (or 2, ...); use 0 for CPU ranks",
         )
     if req.backend not in _BACKENDS:
-        from gpuspark.errors import did_you_mean
-
         raise LaunchError(
             f"backend={req.backend!r} is not one of {', '.join(_BACKENDS)}"
             + did_you_mean(req.backend, _BACKENDS)

@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from gpuspark.launch._internal.agent import TaskSpec, run_task, store_port
+from gpuspark.launch._internal.logs import LogServer, SocketSink
 from gpuspark.launch.preflight import executor_capacity
 from gpuspark.launch.ranks import (
     cuda_available,
@@ -46,9 +48,6 @@ def _barrier_partition(
     import json
 
     from pyspark import BarrierTaskContext
-
-    from gpuspark.launch._internal.agent import TaskSpec, run_task, store_port
-    from gpuspark.launch._internal.logs import SocketSink
 
     ctx = BarrierTaskContext.get()
     index = ctx.partitionId()
@@ -130,8 +129,6 @@ def run_barrier(
     ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it.
     """
     import functools
-
-    from gpuspark.launch._internal.logs import LogServer
 
     token = uuid.uuid4().hex
     server = LogServer(token, host=_driver_host(sc))

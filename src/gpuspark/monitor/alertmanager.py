@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util.yamltext import dump_yaml
+
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
 
@@ -51,7 +53,6 @@ def _document(spec: ClusterSpec) -> dict[str, Any]:
 
 def alertmanager_yml(spec: ClusterSpec) -> str:
     """Content of ``alertmanager.yml`` (check it: ``amtool check-config``)."""
-    from gpuspark._util.yamltext import dump_yaml
 
     header = (
         f"# Alertmanager configuration for cluster '{spec.name}', rendered by gpuspark from its\n"

@@ -17,9 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuspark._util.net import http_get, http_get_json
+from gpuspark._util.net import free_port, http_get, http_get_json
+from gpuspark._util.procs import pid_alive, spawn_group, terminate_groups
 from gpuspark.cluster.monitor_dirs import monitor_dir, targets_dir
 from gpuspark.errors import MonitorError
+from gpuspark.monitor.prometheus import EmbeddedScrape, prometheus_yml
+from gpuspark.monitor.render import render_monitoring, write_monitoring
+from gpuspark.spec import resolve_spec
+from gpuspark.storage import atomic_write_text
 
 __all__ = ["MonitorState", "Service", "down", "running", "status", "up"]
 
@@ -80,8 +85,6 @@ def _port(preferred: int) -> int:
     """``preferred`` when free on loopback, else (or for 0) any free port."""
     import socket
 
-    from gpuspark._util.net import free_port
-
     if preferred == 0:
         return free_port()
     with socket.socket() as s:
@@ -93,7 +96,6 @@ def _port(preferred: int) -> int:
 
 
 def _spawn(cmd: list[str], log: Path) -> int:
-    from gpuspark._util.procs import spawn_group
 
     return spawn_group(cmd, log)
 
@@ -107,7 +109,6 @@ def _tail(path: str, lines: int = 5) -> str:
 
 
 def _wait_http(url: str, pid: int, log: str, timeout: float) -> None:
-    from gpuspark._util.procs import pid_alive
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -125,7 +126,6 @@ def _wait_http(url: str, pid: int, log: str, timeout: float) -> None:
 
 def running(directory: Path | None = None) -> MonitorState | None:
     """The recorded state if its Prometheus is alive, else ``None``."""
-    from gpuspark._util.procs import pid_alive
 
     path = (directory or monitor_dir()) / STATE_FILE
     try:
@@ -140,8 +140,6 @@ def _write_config(
 ) -> Path:
     """Render the monitoring files for ``spec`` into ``config_dir``, embedded scrape config
     (the alert rules loaded, so ``ALERTS`` shows what would fire on this machine)."""
-    from gpuspark.monitor.prometheus import EmbeddedScrape, prometheus_yml
-    from gpuspark.monitor.render import render_monitoring, write_monitoring
 
     files = render_monitoring(spec, targets_dir=targets)
     files = {k: v for k, v in files.items() if not k.startswith("grafana/")}
@@ -198,7 +196,6 @@ def up(
     tools are missing. Ports default to 9090 / 9100, or a free port when those are taken.
     Targets are scraped every ``scrape_interval_s`` seconds.
     """
-    from gpuspark.spec import resolve_spec
 
     base = directory or monitor_dir()
     found = running(base)
@@ -223,14 +220,12 @@ def up(
         _stop([node] if node else [])
         raise
     state = MonitorState(prom, node, str(base / "config"), str(targets))
-    from gpuspark.storage import atomic_write_text
 
     atomic_write_text(base / STATE_FILE, json.dumps(state.as_dict(), indent=2) + "\n")
     return state
 
 
 def _stop(services: list[Service]) -> list[int]:
-    from gpuspark._util.procs import terminate_groups
 
     pids = [s.pid for s in services]
     terminate_groups(pids, 15.0)

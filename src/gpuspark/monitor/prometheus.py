@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util.yamltext import dump_yaml
+from gpuspark.cluster.monitor_dirs import targets_dir as default_targets
 from gpuspark.monitor import names
 from gpuspark.schedulers import backend_for
 from gpuspark.schedulers.standalone import MASTER_UI_PORT
@@ -156,8 +158,6 @@ def prometheus_yml(
     embedded-cluster variant; by default the production one: the spec's nodes, the rule files
     under ``rules/`` and Alertmanager at :data:`ALERTMANAGER_ADDRESS`.
     """
-    from gpuspark._util.yamltext import dump_yaml
-    from gpuspark.cluster.monitor_dirs import targets_dir as default_targets
 
     folder = Path(targets_dir).expanduser() if targets_dir is not None else default_targets(spec)
     text = dump_yaml(_document(spec, folder.absolute(), embedded))

@@ -12,6 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from gpuspark.cluster.conf import write_rendered
+from gpuspark.monitor.alertmanager import alertmanager_yml
+from gpuspark.monitor.dashboards import render_dashboards
+from gpuspark.monitor.prometheus import prometheus_yml
+from gpuspark.monitor.rule_tests import TESTS_FILE, alert_rule_tests
+from gpuspark.monitor.rules import RULES_FILE, alert_rules
+
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
 
@@ -48,11 +55,6 @@ def render_monitoring(
     ``targets_dir`` is the file_sd directory as the Prometheus server sees it (default: the
     spec's ``[monitoring] targets_dir`` or ``~/.gpuspark/monitor/targets``).
     """
-    from gpuspark.monitor.alertmanager import alertmanager_yml
-    from gpuspark.monitor.dashboards import render_dashboards
-    from gpuspark.monitor.prometheus import prometheus_yml
-    from gpuspark.monitor.rule_tests import TESTS_FILE, alert_rule_tests
-    from gpuspark.monitor.rules import RULES_FILE, alert_rules
 
     files = {
         PROMETHEUS_FILE: prometheus_yml(spec, targets_dir=targets_dir),
@@ -67,7 +69,6 @@ def render_monitoring(
 
 def write_monitoring(files: Mapping[str, str], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write ``files`` (relative path -> content) under ``out_dir``, each atomically."""
-    from gpuspark.cluster.conf import write_rendered
 
     by_folder: dict[str, dict[str, str]] = {}
     for name, content in files.items():
@@ -81,8 +82,6 @@ def write_monitoring(files: Mapping[str, str], out_dir: str | os.PathLike[str]) 
 
 def check_commands(out_dir: str | os.PathLike[str]) -> list[str]:
     """Shell lines that check the files :func:`write_monitoring` wrote to ``out_dir``."""
-    from gpuspark.monitor.rule_tests import TESTS_FILE
-    from gpuspark.monitor.rules import RULES_FILE
 
     out = Path(out_dir)
     return [

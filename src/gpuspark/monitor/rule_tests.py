@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util.yamltext import dump_yaml
 from gpuspark.monitor import names
 from gpuspark.monitor.rules import (
     ALERTS,
@@ -436,7 +437,6 @@ def _context(spec: ClusterSpec) -> _Ctx:
 
 def alert_rule_tests(spec: ClusterSpec) -> str:
     """Content of ``tests/gpuspark-alerts.test.yml``: run ``promtool test rules`` on it."""
-    from gpuspark._util.yamltext import dump_yaml
 
     rules = {r["alert"]: r for g in rule_groups(spec) for r in g["rules"]}
     ctx = _context(spec)

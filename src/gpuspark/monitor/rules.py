@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util.yamltext import dump_yaml
 from gpuspark.monitor import names
 
 if TYPE_CHECKING:
@@ -404,7 +405,6 @@ def rule_expressions(spec: ClusterSpec) -> list[str]:
 
 def alert_rules(spec: ClusterSpec) -> str:
     """Content of ``rules/gpuspark-alerts.yml`` (check it: ``promtool check rules``)."""
-    from gpuspark._util.yamltext import dump_yaml
 
     header = (
         f"# gpuspark alert rules for cluster '{spec.name}', rendered from its [monitoring]\n"

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuspark._util.net import http_get, http_get_json
+from gpuspark.cluster.discovery import list_targets
 from gpuspark.errors import MonitorError
 from gpuspark.monitor import names as n
 
@@ -126,7 +127,6 @@ def from_endpoints(targets: Iterable[str], interval: float = 1.0) -> list[RankRo
 
 def run_targets(directory: Any) -> list[str]:
     """Every rank endpoint listed in the run target files under ``directory``."""
-    from gpuspark.cluster.discovery import list_targets
 
     out: list[str] = []
     for group in list_targets(directory, "runs"):

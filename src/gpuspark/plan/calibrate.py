@@ -17,12 +17,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspark import launch
+from gpuspark.plan import formulas as f
 from gpuspark.plan.calibration import (
     AllreduceRow,
     AllreduceSweep,
     Calibration,
     ComputeProbe,
 )
+from gpuspark.plan.workloads import recipe_workload
+from gpuspark.train import ddp
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -204,8 +208,6 @@ def _tail_bytes(net: Any, compression: str, rank: int) -> int:
     compression; PowerSGD on gloo (one bucket): a third of what it sends (P, Q, vectors)."""
     import math
 
-    from gpuspark.plan import formulas as f
-
     shapes = [tuple(p.shape) for p in net.parameters()]
     raw = f.compressed_bytes(shapes, "none")
     sent = f.compressed_bytes(shapes, compression, rank)
@@ -243,7 +245,6 @@ def probe_result(
 ) -> ComputeProbe:
     """A :class:`ComputeProbe` from :func:`compute_probe` results (the ``base`` compression's
     run sets the compute figures; every run gives its compression's hook seconds)."""
-    from gpuspark.plan.workloads import recipe_workload
 
     assert opts.recipe is not None
     shape = tuple(opts.input_shape or _default_input(opts.recipe))
@@ -268,7 +269,6 @@ def probe_result(
 
 def _probe_rank(opts: CalibrateOptions) -> dict[str, Any]:
     """Runs on every rank: the sweep, then the compute probes; rank 0's result is kept."""
-    from gpuspark.train import ddp
 
     backend = ddp.init_distributed()
     out: dict[str, Any] = {"backend": backend}
@@ -326,7 +326,6 @@ def calibrate(
 ) -> Calibration:
     """Measure the cluster: all-reduce sweep and compute probe on ``opts.ranks`` ranks
     (local processes, or a Spark barrier stage with ``local=False``), decode in this process."""
-    from gpuspark import launch
 
     o = opts or CalibrateOptions()
     res = launch.run(_probe_rank, o, num_processes=o.ranks, local=local, spec=spec)

@@ -158,8 +158,6 @@ def recipe_workload(
     spec = get_recipe(recipe)
     shape = tuple(input_shape or spec.sample_shape)
     if not shape:
-        from gpuspark.errors import PlanError
-
         raise PlanError(
             f"recipe {recipe!r} has no default input shape to count FLOPs on",
             remedy="pass the input shape (--input C,D,H,W)",

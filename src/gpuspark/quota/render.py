@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from gpuspark.cluster.conf import write_rendered
 from gpuspark.schedulers import backend_for_renderer, renderers
 
 if TYPE_CHECKING:
@@ -38,6 +39,5 @@ def quota_notes(spec: ClusterSpec, scheduler: str, **opts: Any) -> list[str]:
 
 def write_quota(files: dict[str, str], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write ``files`` into ``out_dir``, each atomically (temp file + rename)."""
-    from gpuspark.cluster.conf import write_rendered
 
     return write_rendered(files, os.fspath(out_dir))

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 from gpuspark.cluster.submit import embedded
 from gpuspark.errors import ClusterError
+from gpuspark.monitor.names import CUDA_ALLOCATED
 from gpuspark.schedulers import NO_TEAM, Target, TeamUsage, backend_for, http_json
 from gpuspark.schedulers.kubernetes import kueue_usage
 from gpuspark.schedulers.standalone import standalone_usage
@@ -56,7 +57,6 @@ def target(
 def gpu_hours_query(window: str) -> str:
     """PromQL: GPU-hours per team over ``window``, one GPU per training rank reporting
     CUDA memory (sampled each minute)."""
-    from gpuspark.monitor.names import CUDA_ALLOCATED
 
     ranks = f'count by (team) ({CUDA_ALLOCATED}{{team!=""}})'
     return f"sum by (team) (sum_over_time(({ranks})[{window}:1m])) / 60"

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from gpuspark._util.yamltext import dump_yaml
 from gpuspark.errors import SpecError
 
 if TYPE_CHECKING:
@@ -125,7 +126,6 @@ def resource_share(groups: list[NodeGroup], gpus: int) -> tuple[int, int]:
 
 def yaml_documents(header: list[str], docs: list[dict[str, Any]]) -> str:
     """``docs`` as one multi-document YAML file, ``header`` lines as ``#`` comments on top."""
-    from gpuspark._util.yamltext import dump_yaml
 
     top = "".join(f"# {line}\n" for line in header)
     return top + "---\n".join(dump_yaml(doc) for doc in docs)

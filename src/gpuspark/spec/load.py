@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpuspark._util import envvars
 from gpuspark.errors import SpecError, did_you_mean
+from gpuspark.spec.example import default_spec_text
 from gpuspark.spec.models import ClusterSpec, RuleViolations
 from gpuspark.spec.values import show_value
 
@@ -184,7 +185,6 @@ SPEC_ENV = envvars.SPEC.name
 
 def default_spec() -> ClusterSpec:
     """The built-in spec: the embedded cluster (2 workers x 2 GPU slots, task amount 0.5)."""
-    from gpuspark.spec.example import default_spec_text
 
     return parse_spec(default_spec_text(), source="<built-in spec>")
 

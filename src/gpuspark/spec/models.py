@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuspark.spec.rules import rule_violations
 from gpuspark.spec.values import flatten_table
 
 __all__ = [
@@ -311,7 +312,6 @@ class ClusterSpec(_Model):
 
     @model_validator(mode="after")
     def _rules(self) -> ClusterSpec:
-        from gpuspark.spec.rules import rule_violations
 
         problems = rule_violations(self)
         if problems:

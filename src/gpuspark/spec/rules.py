@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gpuspark import storage
 from gpuspark.spec.values import format_number, show_value
 
 if TYPE_CHECKING:
@@ -93,7 +94,6 @@ def _team_rules(spec: ClusterSpec) -> list[str]:
 
 def _team_roots(spec: ClusterSpec) -> list[str]:
     """No two teams share a dataset root, and no team's root lies inside another's."""
-    from gpuspark import storage
     from gpuspark.spec.teams import team_root
 
     roots = [team_root(spec, team) for team in spec.teams]

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark.errors import CheckpointError
+from gpuspark.train import ddp
 from gpuspark.train.checkpoint_dir import (
     CHECKPOINT_NAME,
     check_dir,
@@ -142,7 +143,6 @@ def _unwrap(model: Any) -> Any:
 
 
 def _per_rank_state(model: Any) -> dict[str, Any]:
-    from gpuspark.train import ddp
 
     comm = ddp.comm_state_dict(model) if hasattr(model, "gpuspark_info") else {}
     return {"rng": rng_state(), "comm": _to_cpu(comm)}

@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpuspark import storage
 from gpuspark.errors import CheckpointError
 
 __all__ = [
@@ -166,7 +167,6 @@ def writing(directory: str | os.PathLike[str]) -> Iterator[None]:
 def check_dir(directory: str | os.PathLike[str]) -> None:
     """Raise :class:`CheckpointError` unless ``directory`` is, or can become, a writable
     directory (a local path; URLs are left to the writer)."""
-    from gpuspark import storage
 
     problem = storage.directory_problem(directory)
     if problem is not None:

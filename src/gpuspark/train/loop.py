@@ -30,8 +30,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspark.launch import restart_count
+from gpuspark.monitor.exporter import serve
+from gpuspark.monitor.rank_settings import ENV_RUN_ID
 from gpuspark.train import checkpoint as ckpt
-from gpuspark.train import fsdp, sharded
+from gpuspark.train import ddp, fsdp, sharded
 from gpuspark.train import metrics as mx
 
 __all__ = ["FitConfig", "fit", "to_device"]
@@ -103,7 +106,6 @@ def _rank() -> tuple[int, int]:
 
 
 def _restarts() -> int:
-    from gpuspark.launch import restart_count
 
     return int(restart_count())
 
@@ -166,7 +168,6 @@ def fit(
     epoch)`` runs on every rank after each epoch; its dict is merged into that epoch's metrics.
     ``on_step(global_step)`` is called after every optimizer step. Collective: all ranks call it.
     """
-    from gpuspark.train import ddp
 
     cfg = config or FitConfig()
     dataset = loader if dataset is None else dataset
@@ -222,8 +223,6 @@ def _new_run_id(cfg: FitConfig) -> str:
     ``GPUSPARK_RUN_ID``, else a new one (two fits of one process are two runs)."""
     import uuid
 
-    from gpuspark.monitor.rank_settings import ENV_RUN_ID
-
     return cfg.run_id or os.environ.get(ENV_RUN_ID) or uuid.uuid4().hex[:12]
 
 
@@ -241,7 +240,6 @@ def _log_resume(cfg: FitConfig, res: Any) -> None:
 
 def _serve_metrics(cfg: FitConfig, model: Any) -> Any:
     """Start (or reuse) this rank's exporter; a failure is logged, training goes on."""
-    from gpuspark.monitor.exporter import serve
 
     try:
         rm = serve(cfg.metrics_port, cfg.metrics_host, run_id=cfg.run_id, team=cfg.team)
@@ -274,7 +272,6 @@ def _prime_buckets(model: Any, optimizer: Any, loss_fn: Any, loader: Any, transf
     restored PowerSGD state only fits the rebuilt buckets. Everything this step touches (weights,
     grads, RNG, hook state, loader position) is overwritten by the checkpoint load that follows.
     """
-    from gpuspark.train import ddp
 
     x, y = to_device(next(iter(loader)), model.gpuspark_info.device)
     if transform is not None:
@@ -359,7 +356,6 @@ class _State:
         return acc
 
     def _micro_step(self, batch: Any, last: bool, acc: _Acc) -> None:
-        from gpuspark.train import ddp
 
         x, y = to_device(batch, self.device)
         if self.transform is not None:

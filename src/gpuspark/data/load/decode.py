@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuspark.data import format as fmt
 from gpuspark.errors import GpusparkError
 
 __all__ = [
@@ -314,7 +315,6 @@ def decode_example_views(
     views straight into ``payload`` (a memory-mapped shard, for the loader), other values as
     ``decode_example`` returns them. Falls back to ``decode_example`` on any payload using
     protobuf features this small reader does not handle."""
-    from gpuspark.data import format as fmt
 
     view = memoryview(payload).cast("B") if isinstance(payload, memoryview) else memoryview(payload)
     try:

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from gpuspark.errors import LoaderError
+
 __all__ = ["check_options", "loader_device", "map_tensors", "mover", "thread_ahead"]
 
 T = TypeVar("T")
@@ -27,8 +29,6 @@ def loader_device(device: Any) -> Any:
     if device is None:
         return None
     import torch
-
-    from gpuspark.errors import LoaderError
 
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
+from gpuspark.data.sources import parse_split, read_labels
 from gpuspark.errors import LabelsError, PrepError
 
 __all__ = [
@@ -146,7 +147,6 @@ def check_world(world_size: int | None, num_shards: int | None) -> None:
 
 def check_split(split: Sequence[float] | None) -> tuple[float, ...] | None:
     """Split fractions (train, val[, test]) as a tuple; text is the CLI's to parse."""
-    from gpuspark.data.sources import parse_split
 
     if isinstance(split, str):
         raise PrepError(
@@ -160,7 +160,6 @@ def check_split(split: Sequence[float] | None) -> tuple[float, ...] | None:
 
 def read_label_table(labels: str | os.PathLike[str] | None) -> Any:
     """The labels CSV (read on the driver), or None; an unreadable file is a one-line error."""
-    from gpuspark.data.sources import read_labels
 
     if labels is None:
         return None

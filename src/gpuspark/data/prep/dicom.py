@@ -36,7 +36,20 @@ from gpuspark.data.prep.common import (
 )
 from gpuspark.data.prep.progress import Progress, Watcher, announce
 from gpuspark.data.prep.shards import plan_shards
-from gpuspark.errors import PrepError, QuarantineError
+from gpuspark.data.sources import (
+    WINDOW_PRESETS,
+    DicomOptions,
+    Window,
+    assign_split,
+    deal,
+    hash_patient,
+    parse_window,
+    plan_units,
+    prep_series,
+    read_header,
+    walk_unit,
+)
+from gpuspark.errors import PrepError, QuarantineError, did_you_mean
 
 if TYPE_CHECKING:
     from gpuspark.data.sources import Window
@@ -91,7 +104,6 @@ def prep_dicom(
     ``team``: submit under that team of the spec (default: the user's team per ``members``;
     its queue, labels or caps, see :func:`gpuspark.quota.team.team_conf`).
     """
-    from gpuspark.data.sources import DicomOptions
 
     t0 = time.monotonic()
     src_s = check_source(src)
@@ -146,8 +158,6 @@ def _triple(value: Sequence[Any] | None, kind: type, name: str) -> Any:
 
 def _window(window: Any) -> Window:
     """A :class:`Window` from a preset name, ``hu``/None, ``(level, width)`` or a Window."""
-    from gpuspark.data.sources import WINDOW_PRESETS, Window, parse_window
-    from gpuspark.errors import did_you_mean
 
     if isinstance(window, str) and window.lower() not in {*WINDOW_PRESETS, "hu", "raw", "none"}:
         raise PrepError(
@@ -167,7 +177,6 @@ def _source_units(spark: Any, src: str) -> Any:
     """The units of ``src`` (files, and directories the tasks walk) as a DataFrame of two
     tasks per core with even shares of bytes (:mod:`gpuspark.data.sources.listing`); refuses a
     source with nothing in it."""
-    from gpuspark.data.sources import deal, plan_units
 
     n = cores(spark)
     units = plan_units(src, want=8 * n)
@@ -180,7 +189,6 @@ def _source_units(spark: Any, src: str) -> Any:
 
 def _walk(batches: Iterable[Any]) -> Iterator[tuple[str, int]]:
     """Every file of the units in ``batches`` (runs in the tasks)."""
-    from gpuspark.data.sources import walk_unit
 
     for batch in batches:
         cols = [batch.column(c).to_pylist() for c in ("path", "is_dir", "size")]
@@ -204,7 +212,6 @@ def _header_fn(
 def _header_row(
     path: str, length: int, fractions: Sequence[float] | None, salt: str, q_acc: Any
 ) -> dict[str, Any]:
-    from gpuspark.data.sources import assign_split, hash_patient, read_header
 
     rec: dict[str, Any] = {"path": path, "length": length}
     try:
@@ -233,7 +240,6 @@ def _series_writer(
     rows_acc, q_acc = counters["rows"], counters["quarantined"]
 
     def shard_task(shard: int, batches: Iterable[Any]) -> Iterator[Any]:
-        from gpuspark.data.sources import prep_series
         from gpuspark.data.write import Report
 
         files: dict[str, list[str]] = {}

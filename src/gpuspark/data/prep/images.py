@@ -32,6 +32,14 @@ from gpuspark.data.prep.common import (
     task_count,
 )
 from gpuspark.data.prep.progress import Progress, Watcher, announce
+from gpuspark.data.sources import (
+    SPLIT_NAMES,
+    ImageOptions,
+    assign_split,
+    class_of,
+    prep_image,
+    read_bytes,
+)
 from gpuspark.errors import PrepError, QuarantineError
 
 log = logging.getLogger(__name__)
@@ -73,7 +81,6 @@ def prep_images(
     ``team``: submit under that team of the spec (default: the user's team per ``members``;
     its queue, labels or caps, see :func:`gpuspark.quota.team.team_conf`).
     """
-    from gpuspark.data.sources import ImageOptions
 
     t0 = time.monotonic()
     src_s = check_source(src)
@@ -136,7 +143,6 @@ def _one_image(
     rows_acc: Any,
     q_acc: Any,
 ) -> dict[str, Any]:
-    from gpuspark.data.sources import assign_split, class_of, prep_image, read_bytes
 
     rec: dict[str, Any] = {"path": path}
     try:
@@ -178,7 +184,6 @@ def _image_sample(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _class_names(files: Any, root: str) -> list[str]:
-    from gpuspark.data.sources import class_of
 
     def names(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -299,7 +304,6 @@ def _run_images(
 
 def _warn_empty_splits(src: str, fractions: Any, counts: dict[str, int]) -> None:
     """A split asked for that got no image (a small folder): training needs ``val``."""
-    from gpuspark.data.sources import SPLIT_NAMES
 
     empty = [n for n, f in zip(SPLIT_NAMES, fractions or (), strict=False) if f and n not in counts]
     if empty:

@@ -45,7 +45,7 @@ from gpuspark.data.prep.parquet_stats import (
     tag_rows,
 )
 from gpuspark.data.prep.progress import Progress, Watcher, announce
-from gpuspark.data.table import DEFAULT_BLOCK_ROWS
+from gpuspark.data.table import DEFAULT_BLOCK_ROWS, write_table
 from gpuspark.errors import PrepError
 
 __all__ = ["prep_parquet"]
@@ -268,8 +268,6 @@ def _run(
     t0: float,
 ) -> PrepResult:
     from pyspark.sql import functions as F
-
-    from gpuspark.data.table import write_table
 
     sc = spark.sparkContext
     counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}

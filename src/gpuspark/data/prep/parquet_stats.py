@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspark.data.sources import SPLIT_NAMES
 from gpuspark.errors import PrepError, did_you_mean
 
 __all__ = [
@@ -140,8 +141,6 @@ def split_column(
     """The split of each row (``train``/``val``/``test``) by a stable hash of the id column,
     or of every source column without one: no entity is in two splits."""
     from pyspark.sql import functions as F
-
-    from gpuspark.data.sources import SPLIT_NAMES
 
     keys = [F.col(cols.id)] if cols.id is not None else [F.col(c) for c in all_cols]
     bucket = F.pmod(F.xxhash64(F.lit(_SPLIT_SALT), *keys), F.lit(_BUCKETS)) / float(_BUCKETS)

@@ -31,6 +31,7 @@ from typing import Any
 from gpuspark import storage
 from gpuspark.cluster.session import JobKind, job_session
 from gpuspark.cluster.submit import prepare_job
+from gpuspark.data import format as fmt
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
@@ -51,8 +52,11 @@ from gpuspark.data.prep.text_tokens import (
     load_tokenizer_dir,
     pack,
     sample_lines,
+    special_ids,
     train_wordpiece,
 )
+from gpuspark.data.sources import assign_split, local_path, read_bytes
+from gpuspark.data.write import write_dataframe
 from gpuspark.errors import PrepError, QuarantineError
 
 __all__ = ["load_dataset_tokenizer", "prep_text"]
@@ -129,8 +133,6 @@ def prep_text(
 def load_dataset_tokenizer(dataset: str | os.PathLike[str]) -> Any:
     """The ``tokenizers.Tokenizer`` committed with a ``prep text`` dataset."""
     from tokenizers import Tokenizer
-
-    from gpuspark.data import format as fmt
 
     root = fmt.dataset_root(os.fspath(dataset))
     name = (fmt.load_manifest(root).extra.get("files") or {}).get(TOKENIZER_FILE)
@@ -218,7 +220,6 @@ def _read_txt_fn(base: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
 
 def _one_txt(path: str, base: str) -> dict[str, Any]:
-    from gpuspark.data.sources import local_path, read_bytes
 
     rel = os.path.relpath(local_path(path), local_path(base)) if "://" not in base else path
     rec: dict[str, Any] = {"doc": rel, "path": path}
@@ -300,8 +301,6 @@ def _tokenize_fn(
     def tokenize(batches: Iterator[Any]) -> Iterator[Any]:
         from tokenizers import Tokenizer
 
-        from gpuspark.data.prep.text_tokens import special_ids
-
         tok = Tokenizer.from_str(tok_json.value)
         ids = special_ids(tok)
         for b in batches:
@@ -317,7 +316,6 @@ def _tokenize_fn(
 def _sequences(
     docs: list[str], encoded: list[Any], seq_len: int, ids: dict[str, int], fractions: Any
 ) -> Iterator[dict[str, Any]]:
-    from gpuspark.data.sources import assign_split
 
     for doc, enc in zip(docs, encoded, strict=True):
         split = assign_split(doc, fractions) if fractions else None
@@ -421,8 +419,6 @@ def _run(
 ) -> PrepResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-
-    from gpuspark.data.write import write_dataframe
 
     sc = spark.sparkContext
     counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}

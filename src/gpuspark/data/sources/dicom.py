@@ -27,7 +27,7 @@ from gpuspark.data.sources.records import (
     assign_split,
     hash_patient,
 )
-from gpuspark.errors import WindowError
+from gpuspark.errors import WindowError, did_you_mean
 
 __all__ = [
     "WINDOW_PRESETS",
@@ -76,8 +76,6 @@ def parse_window(spec: str | tuple[float, float] | Window | None) -> Window:
         try:
             level, width = (float(x) for x in spec.split(","))
         except ValueError as exc:
-            from gpuspark.errors import did_you_mean
-
             raise WindowError(
                 f"window {spec!r} is not a preset or LEVEL,WIDTH"
                 f"{did_you_mean(spec, list(WINDOW_PRESETS))}",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuspark.errors import TableError
+from gpuspark.errors import TableError, did_you_mean
 
 __all__ = [
     "COLUMN_KINDS",
@@ -170,7 +170,6 @@ class TableInfo:
         for col in self.columns:
             if col.name == name:
                 return col
-        from gpuspark.errors import did_you_mean
 
         names = [c.name for c in self.columns]
         raise TableError(

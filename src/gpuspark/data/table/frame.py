@@ -27,8 +27,10 @@ import numpy as np
 
 from gpuspark import storage
 from gpuspark._util import envvars
+from gpuspark.data import format as fmt
 from gpuspark.data.table.batch import TableBatch
 from gpuspark.data.table.columns import DEFAULT_BLOCK_ROWS, TABLE_VERSION, TableInfo
+from gpuspark.data.table.write import write_table
 from gpuspark.errors import TableError, did_you_mean
 
 __all__ = ["CACHE_ENV", "DataFrameShards", "FeaturesLabel", "cache_key", "from_dataframe"]
@@ -211,7 +213,6 @@ def _selected(df: Any, label: str | None, features: Sequence[str] | None) -> tup
 
 
 def _committed(path: str) -> Any | None:
-    from gpuspark.data import format as fmt
 
     try:
         return fmt.load_manifest(path)
@@ -267,7 +268,6 @@ def from_dataframe(
         overwrite = True  # a stale or half-written entry under this key is replaced
     else:
         root = os.fspath(dst)
-    from gpuspark.data.table.write import write_table
 
     manifest = write_table(
         selected,

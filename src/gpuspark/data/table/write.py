@@ -20,6 +20,7 @@ from gpuspark.data.table.columns import (
     table_columns,
     vectors_as_arrays,
 )
+from gpuspark.data.write import Report, write_dataframe
 from gpuspark.errors import TableError
 
 __all__ = ["write_table"]
@@ -31,7 +32,6 @@ def _block_writer(
     """The per-shard function: Arrow batches -> block samples, then one row-count report."""
 
     def blocks(_shard: int, batches: Iterable[Any]) -> Iterator[Any]:
-        from gpuspark.data.write import Report
 
         rows = 0
         for chunk in rechunk(batches, block_rows):
@@ -79,7 +79,6 @@ def write_table(
     :func:`gpuspark.data.write.write_dataframe` does. An unsupported column type raises
     :class:`~gpuspark.errors.TableError` naming the column before any Spark job.
     """
-    from gpuspark.data.write import write_dataframe
 
     if block_rows < 1:
         raise TableError(f"block_rows must be at least 1, got {block_rows}")

@@ -22,9 +22,10 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from gpuspark import __version__
 from gpuspark.data import format as fmt
 from gpuspark.data.format import MANIFEST_NAME, DatasetExistsError, Manifest, ShardInfo
-from gpuspark.errors import GpusparkError
+from gpuspark.errors import GpusparkError, NotADatasetError
 
 __all__ = [
     "STAGING_PREFIX",
@@ -81,7 +82,6 @@ def _is_leftover(name: str, keep: set[str]) -> bool:
 
 def _replaceable_manifest(root: str) -> Manifest | None:
     """The manifest an overwrite replaces, or ``None`` when it does not parse."""
-    from gpuspark.errors import NotADatasetError
 
     try:
         return fmt.load_manifest(root)
@@ -207,7 +207,6 @@ def staged_write(
 
 def make_provenance(source: str, given: Mapping[str, Any] | None, **more: Any) -> dict[str, Any]:
     """The manifest's provenance: source, gpuspark version, time, ``more``, then ``given``."""
-    from gpuspark import __version__
 
     prov = {
         "source": source,

@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 from gpuspark._util import envvars
 from gpuspark._util.net import free_port
+from gpuspark.launch._internal import rendezvous
+from gpuspark.launch._internal.rendezvous import host_store
 from gpuspark.launch._internal.worker import set_parent_death_signal, set_process_name
 from gpuspark.monitor.rank_settings import endpoint_rank, read_endpoint
 
@@ -110,8 +112,6 @@ def _launch_config(spec: TaskSpec, log_dir: str) -> Any:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
-    from gpuspark.launch._internal import rendezvous
-
     endpoint = f"{spec.master_addr}:{spec.master_port}"
     backend = spec.rdzv_backend
     if backend == "static":
@@ -179,7 +179,6 @@ def _agent_main(spec: TaskSpec, log_dir: str) -> dict[str, Any]:
         # the agent's store, a restarted round read its peers' addresses from the last round.
         os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     _plain_agent_logging()
-    from gpuspark.launch._internal import rendezvous
 
     rendezvous.register()
     if spec.start_method == "forkserver" and spec.payload is not None:
@@ -427,7 +426,6 @@ def _host_store(spec: TaskSpec) -> Any:
     socket it holds; the store owns (and closes) that fd from here on."""
     if spec.store_fd < 0:
         return None
-    from gpuspark.launch._internal.rendezvous import host_store
 
     try:
         return host_store(spec.master_addr, spec.master_port, spec.store_fd, spec.run_id)

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuspark.data import format as fmt
+from gpuspark.data.load import ShardDataset, World
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.config import BERT_SIZE_NAMES, RecipeConfig
 from gpuspark.train.recipes.registry import Decoder, Recipe, register_recipe
@@ -129,7 +131,6 @@ def sequence_rng(seed: int, epoch: int, doc: Any, piece: int) -> np.random.Gener
 
 
 def _masked_dataset_class() -> type:
-    from gpuspark.data.load import ShardDataset
 
     class MaskedTextDataset(ShardDataset):
         """A :class:`~gpuspark.data.load.ShardDataset` yielding ``(inputs, labels)`` with
@@ -155,8 +156,6 @@ def _masked_dataset_class() -> type:
 def bert_dataset(cfg: RecipeConfig, split: str | None, training: bool) -> Any:
     """The masked sequences of ``split``: this rank's shuffled share when ``training``,
     else the whole split in order with epoch 0's masks (one process, no padding)."""
-    from gpuspark.data import format as fmt
-    from gpuspark.data.load import World
 
     spec = text_spec(fmt.load_manifest(cfg.data), cfg.data)
     cls = _masked_dataset_class()
@@ -206,7 +205,6 @@ def bert_vocab(cfg: RecipeConfig, manifest: Manifest) -> int:
 
 def build_bert(cfg: RecipeConfig, vocab_size: int) -> Any:
     """:class:`~.bert_model.BertMLM` of ``cfg.size`` for ``cfg.data``'s tokenizer."""
-    from gpuspark.data import format as fmt
     from gpuspark.train.recipes.bert_model import BERT_SIZES, BertMLM
 
     spec = text_spec(fmt.load_manifest(cfg.data), cfg.data)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspark.errors import RecipeError
+from gpuspark.train.fsdp import check_strategy
 
 __all__ = ["BERT_SIZE_NAMES", "RESNET_DEPTHS", "RecipeConfig"]
 
@@ -113,7 +114,6 @@ class RecipeConfig:
             raise RecipeError(f"size must be one of {BERT_SIZE_NAMES}, got: {self.size!r}")
         if not 0 < self.mask_prob < 1:
             raise RecipeError(f"mask_prob must be in (0, 1), got: {self.mask_prob}")
-        from gpuspark.train.fsdp import check_strategy
 
         check_strategy(self.strategy, self.compression)
 

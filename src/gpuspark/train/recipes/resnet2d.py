@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuspark.data.load import ImageDecode
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy
 from gpuspark.train.recipes.config import RecipeConfig
@@ -23,7 +24,6 @@ __all__ = ["RESNET2D", "decode_image"]
 
 def decode_image(sample: dict[str, Any]) -> tuple[np.ndarray, int]:
     """Image shard sample -> ``(float32 [C, H, W] in [0, 1], label)`` (JPEG/PNG decoded)."""
-    from gpuspark.data.load import ImageDecode
 
     img = np.asarray(ImageDecode()(sample)["image"])
     if img.ndim == 2:

@@ -16,8 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from gpuspark import storage
+from gpuspark import launch, storage
+from gpuspark.cluster.session import JobKind
+from gpuspark.cluster.submit import prepare_job
+from gpuspark.data import format as fmt
+from gpuspark.data.load import ShardDataset, World
+from gpuspark.data.table import TableInfo, is_table
 from gpuspark.errors import RecipeError
+from gpuspark.launch import restart_count
+from gpuspark.train import ddp, fsdp
+from gpuspark.train.loop import FitConfig, fit
 from gpuspark.train.recipes.common import augment
 from gpuspark.train.recipes.config import RecipeConfig
 from gpuspark.train.recipes.registry import (
@@ -53,7 +61,6 @@ def preflight(name: str, cfg: RecipeConfig, *, num_processes: int | None = None)
     ranks, when given). Raises :class:`~gpuspark.errors.RecipeError`, ``CheckpointError``
     (or ``NotADatasetError``).
     """
-    from gpuspark.data import format as fmt
 
     recipe = get_recipe(name)
     manifest = fmt.load_manifest(cfg.data)
@@ -104,7 +111,6 @@ def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
 
 def _train_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder) -> Any:
     """This rank's share of the training split: the recipe's dataset, else a ShardDataset."""
-    from gpuspark.data.load import ShardDataset
 
     if recipe.dataset is not None:
         return recipe.dataset(cfg, cfg.train_split, True)
@@ -113,7 +119,6 @@ def _train_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder) -> Any:
 
 def _eval_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, split: str) -> Any:
     """A split read whole by one process (rank 0): exact metrics, no padding duplicates."""
-    from gpuspark.data.load import ShardDataset, World
 
     if recipe.dataset is not None:
         return recipe.dataset(cfg, split, False)
@@ -132,7 +137,6 @@ def _loss(recipe: Recipe, cfg: RecipeConfig, manifest: Any) -> Any:
 
 def _split_sizes(ds: Any) -> dict[str, int]:
     """Samples per split: records, or rows for a table dataset (whose records are blocks)."""
-    from gpuspark.data.table import TableInfo, is_table
 
     manifest = ds.manifest
     if is_table(manifest):
@@ -147,8 +151,6 @@ def _split_sizes(ds: Any) -> dict[str, int]:
 
 def _predict(model: Any, val: Any, batch_size: int, device: Any) -> tuple[np.ndarray, np.ndarray]:
     import torch
-
-    from gpuspark.train import ddp
 
     net = getattr(model, "module", model)
     net.eval()
@@ -168,8 +170,6 @@ def _scores(
     """The recipe's scores of ``model`` on ``ds`` and the samples scored."""
     import torch
 
-    from gpuspark.train import ddp
-
     device = model.gpuspark_info.device
     if recipe.evaluate is None:
         probs, labels = _predict(model, ds, cfg.batch_size, device)
@@ -188,8 +188,6 @@ def _evaluator(recipe: Recipe, cfg: RecipeConfig, val: Any, best: dict[str, Any]
     model's forward is collective: then every rank scores the same split and takes part in
     gathering the full weights of a new best model."""
     import torch.distributed as dist
-
-    from gpuspark.train import fsdp
 
     def evaluate(model: Any, epoch: int) -> dict[str, Any]:
         sharded = fsdp.is_sharded(model)
@@ -225,7 +223,6 @@ def _agree(flag: bool, sharded: bool) -> bool:
 
 def _model_state(model: Any) -> dict[str, Any]:
     """The full (unsharded) weights on CPU; collective for a sharded model."""
-    from gpuspark.train import fsdp
 
     if not fsdp.is_sharded(model):
         return dict(getattr(model, "module", model).state_dict())
@@ -238,7 +235,6 @@ def _model_state(model: Any) -> dict[str, Any]:
 def _load_model_state(model: Any, state: dict[str, Any]) -> None:
     """Load full (unsharded) weights; a sharded model takes each rank's slice of them (every
     rank holds ``state``: no communication)."""
-    from gpuspark.train import fsdp
 
     if not fsdp.is_sharded(model):
         getattr(model, "module", model).load_state_dict(state)
@@ -312,10 +308,6 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     import torch
     import torch.distributed as dist
 
-    from gpuspark.data import format as fmt
-    from gpuspark.train import ddp, fsdp
-    from gpuspark.train.loop import FitConfig, fit
-
     recipe = get_recipe(name)
     manifest = fmt.load_manifest(cfg.data)
     check_dataset(recipe, manifest, fmt.dataset_root(cfg.data))
@@ -383,7 +375,6 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
 def _restarted(cfg: RecipeConfig) -> bool:
     """Whether this start is a restart (the elastic agent's, or the stage's next attempt)
     with checkpoints to continue from: then training resumes from the newest one."""
-    from gpuspark.launch import restart_count
 
     return bool(cfg.checkpoint_dir) and restart_count() > 0
 
@@ -391,7 +382,6 @@ def _restarted(cfg: RecipeConfig) -> bool:
 def _prepare(net: Any, cfg: RecipeConfig) -> Any:
     """``net`` wrapped for ``cfg.strategy``: DDP with its compression hook, or FSDP2/HSDP
     (each block sharded; compression refused, see :func:`gpuspark.train.prepare`)."""
-    from gpuspark.train import ddp
 
     if cfg.strategy != "ddp":
         return ddp.prepare(net, strategy=cfg.strategy, compression=cfg.compression, amp=cfg.amp)
@@ -441,9 +431,6 @@ def run(
     restart or retry resumes from the newest checkpoint of ``cfg.checkpoint_dir`` (without
     one it starts over).
     """
-    from gpuspark import launch
-    from gpuspark.cluster.session import JobKind
-    from gpuspark.cluster.submit import prepare_job
 
     # before the dataset, the cluster and any rank: the spec (read once), the team (default:
     # the user's) and its cap, what the run writes

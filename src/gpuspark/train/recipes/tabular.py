@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuspark.data import format as fmt
+from gpuspark.data.load import TableDataset, World
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy, pr_auc, roc_auc
 from gpuspark.train.recipes.config import RecipeConfig
@@ -172,8 +174,6 @@ def tabular_dataset(cfg: RecipeConfig, split: str | None, training: bool) -> Any
     """A :class:`~gpuspark.data.load.TableDataset` of ``split`` giving ``(x, y)`` batches:
     this rank's shuffled share when ``training``, else the whole split in order (one
     process, no padding rows)."""
-    from gpuspark.data import format as fmt
-    from gpuspark.data.load import TableDataset, World
 
     spec = tabular_spec(fmt.load_manifest(cfg.data), cfg.data)
     columns = ["x", "label"] + (["c"] if spec.categorical else [])
@@ -197,7 +197,6 @@ def tabular_dataset(cfg: RecipeConfig, split: str | None, training: bool) -> Any
 
 def build_tabular(cfg: RecipeConfig, num_classes: int) -> Any:
     """:class:`~.tabular_model.TabularNet` sized and normalised by ``cfg.data``'s manifest."""
-    from gpuspark.data import format as fmt
     from gpuspark.train.recipes.tabular_model import TabularNet
 
     spec = tabular_spec(fmt.load_manifest(cfg.data), cfg.data)
