@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuspark.data.prep import PrepError, plan_shards
+from gpuspark.data.prep import PrepError, deal_shards
 from gpuspark.data.sources import listing
 from gpuspark.data.sources.listing import deal, plan_units, walk_unit
 
@@ -77,7 +77,7 @@ def test_deal_evens_out_bytes() -> None:
 
 def test_plan_shards_balanced_per_split_and_world_size() -> None:
     series = {f"s{i:02d}": ("train" if i % 5 else "val", 10 + i % 7, 1000) for i in range(40)}
-    layout, assign = plan_shards(series, world_size=2, num_shards=None, tasks=8, shard_bytes=10**9)
+    layout, assign = deal_shards(series, world_size=2, num_shards=None, tasks=8, shard_bytes=10**9)
     assert layout.count("train") % 2 == 0 and layout.count("val") % 2 == 0
     assert sorted(set(assign)) == sorted(series)
     for split in ("train", "val"):
@@ -91,13 +91,13 @@ def test_plan_shards_balanced_per_split_and_world_size() -> None:
 
 def test_plan_shards_size_cap_and_explicit_count() -> None:
     series = {f"s{i}": (None, 5, 100) for i in range(10)}
-    layout, _ = plan_shards(series, world_size=None, num_shards=None, tasks=1, shard_bytes=250)
+    layout, _ = deal_shards(series, world_size=None, num_shards=None, tasks=1, shard_bytes=250)
     assert layout == [None] * 4  # 1000 bytes of input, 250 per shard
-    layout, _ = plan_shards(series, world_size=2, num_shards=6, tasks=1, shard_bytes=10**9)
+    layout, _ = deal_shards(series, world_size=2, num_shards=6, tasks=1, shard_bytes=10**9)
     assert layout == [None] * 6
     with pytest.raises(PrepError, match="num_shards=3 must be a positive multiple"):
-        plan_shards(series, world_size=2, num_shards=3, tasks=1, shard_bytes=1)
-    assert plan_shards({}, world_size=2, num_shards=None, tasks=4, shard_bytes=1) == (
+        deal_shards(series, world_size=2, num_shards=3, tasks=1, shard_bytes=1)
+    assert deal_shards({}, world_size=2, num_shards=None, tasks=4, shard_bytes=1) == (
         [None, None],
         {},
     )
@@ -105,6 +105,6 @@ def test_plan_shards_size_cap_and_explicit_count() -> None:
 
 def test_plan_shards_no_more_shards_than_series() -> None:
     series = {"a": ("train", 3, 10), "b": ("train", 2, 10), "c": ("val", 1, 10)}
-    layout, assign = plan_shards(series, world_size=2, num_shards=None, tasks=64, shard_bytes=1)
+    layout, assign = deal_shards(series, world_size=2, num_shards=None, tasks=64, shard_bytes=1)
     assert layout == ["train", "train", "val", "val"]  # val: 1 series, rounded up to 2 ranks
     assert sorted(assign.values()) == [0, 1, 2]

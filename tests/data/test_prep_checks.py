@@ -16,9 +16,9 @@ from gpuspark.data import prep
 from gpuspark.data.prep import (
     PrepError,
     common,
+    deal_shards,
     dicom,
     images,
-    plan_shards,
     prep_dicom,
     prep_images,
 )
@@ -134,7 +134,7 @@ def test_images_options(src: Path, tmp_path: Path) -> None:
 
 def test_plan_shards_refuses_world_size_zero() -> None:
     with pytest.raises(PrepError, match="world_size"):
-        plan_shards({"s": (None, 1, 1)}, world_size=0, num_shards=None, tasks=1, shard_bytes=1)
+        deal_shards({"s": (None, 1, 1)}, world_size=0, num_shards=None, tasks=1, shard_bytes=1)
 
 
 def test_no_records_is_an_error_and_mostly_quarantined_a_warning(

@@ -217,7 +217,7 @@ def _odd_reporter(markers: Path | None = None, fail: frozenset[int] = frozenset(
     def fn(shard: int, batches):
         from pyspark import TaskContext
 
-        from gpuspark.data.write import Report
+        from gpuspark.data.write import PartitionReport
 
         ctx = TaskContext.get()
         n = 0
@@ -225,13 +225,13 @@ def _odd_reporter(markers: Path | None = None, fail: frozenset[int] = frozenset(
             for label in batch.column("label").to_pylist():
                 n += 1
                 if label % 2:
-                    yield Report(label=label, shard=shard)
+                    yield PartitionReport(label=label, shard=shard)
                 else:
                     yield {"label": label, "shard": shard}
                 if markers is not None and shard in fail and ctx.attemptNumber() == 0 and n > 5:
                     (markers / f"p{shard}-failed").touch()
                     raise RuntimeError(f"injected failure in shard {shard}")
-        yield Report(count=n, shard=shard)
+        yield PartitionReport(count=n, shard=shard)
 
     return fn
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuspark.errors import LaunchError
-from gpuspark.launch._internal.agent import TaskSpec, run_task, store_port
+from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import PrintSink
 from gpuspark.launch.ranks import cuda_available, rank_env, resolve_backend, start_method
 from gpuspark.launch.request import LaunchRequest
@@ -36,7 +36,7 @@ def run_local(
     if attempt == 0:
         sink.write(f"[gpuspark] backend {backend} ({why}); {req.num_processes} local ranks")
     port, store_fd = store_port("127.0.0.1", req.rdzv_backend)
-    spec = TaskSpec(
+    spec = TaskSetup(
         run_id=run_id,
         task_index=0,
         num_tasks=1,

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from gpuspark.launch._internal.agent import TaskSpec, run_task, store_port
+from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import LogServer, SocketSink
 from gpuspark.launch.preflight import executor_capacity
 from gpuspark.launch.ranks import (
@@ -76,7 +76,7 @@ def _barrier_partition(
         env = rank_env(req, run_id, attempt, backend)
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        spec = TaskSpec(
+        spec = TaskSetup(
             run_id=run_id,
             task_index=index,
             num_tasks=req.num_tasks,

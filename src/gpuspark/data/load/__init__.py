@@ -2,7 +2,7 @@
 
 The public face of the loader side; the modules behind it, one job each:
 
-- :mod:`~gpuspark.data.load.plan`: the epoch plan - shard order, window shuffle, the exact
+- :mod:`~gpuspark.data.load.order`: the epoch order - shard order, window shuffle, the exact
   split across ranks and DataLoader workers, resume positions (pure arithmetic, no torch);
 - :mod:`~gpuspark.data.load.world`: :class:`World`, this reader's rank and worker as a value;
 - :mod:`~gpuspark.data.load.access`: open shards, memory-mapped records, remote reads;
@@ -11,7 +11,7 @@ The public face of the loader side; the modules behind it, one job each:
 - :mod:`~gpuspark.data.load.dataset`: :class:`ShardDataset`, the ``IterableDataset``;
 - :mod:`~gpuspark.data.load.loader`: :class:`Loader`, batches prepared ahead of the loop;
 - :mod:`~gpuspark.data.load.table`: :class:`TableDataset`, batches of rows of table datasets
-  (:mod:`gpuspark.data.table`), planned by :mod:`~gpuspark.data.load.table_plan` and
+  (:mod:`gpuspark.data.table`), planned by :mod:`~gpuspark.data.load.table_order` and
   prefetched by :class:`TableLoader` (:mod:`~gpuspark.data.load.table_loader`).
 """
 
@@ -27,7 +27,7 @@ from gpuspark.data.load.decode import (
     resize_center_crop,
 )
 from gpuspark.data.load.loader import Loader, collate
-from gpuspark.data.load.plan import DEFAULT_SHUFFLE_WINDOW, EpochPlan, LoaderError, worker_batches
+from gpuspark.data.load.order import DEFAULT_SHUFFLE_WINDOW, EpochOrder, LoaderError, worker_batches
 from gpuspark.data.load.table import TableDataset
 from gpuspark.data.load.table_loader import TableLoader
 from gpuspark.data.load.world import World
@@ -36,7 +36,7 @@ __all__ = [
     "DEFAULT_SHUFFLE_WINDOW",
     "CacheError",
     "CacheStats",
-    "EpochPlan",
+    "EpochOrder",
     "ImageDecode",
     "Loader",
     "LoaderError",

@@ -1,7 +1,7 @@
 """``ShardDataset``: a PyTorch ``IterableDataset`` over a gpuspark dataset, built for DDP.
 
 The epoch's order and exact split across ranks and DataLoader workers come from
-:mod:`gpuspark.data.load.plan`; records are read through
+:mod:`gpuspark.data.load.order`; records are read through
 :class:`~gpuspark.data.load.access.OpenShards`. Samples are held only for the batches in
 flight (``prefetch`` per worker, see :class:`~gpuspark.data.load.loader.Loader`).
 
@@ -21,9 +21,9 @@ from gpuspark.data import format as fmt
 from gpuspark.data.load.access import OpenShards
 from gpuspark.data.load.cache import ShardCache
 from gpuspark.data.load.decode import ImageDecode, decode_example_views, make_decoder
-from gpuspark.data.load.plan import (
+from gpuspark.data.load.order import (
     DEFAULT_SHUFFLE_WINDOW,
-    EpochPlan,
+    EpochOrder,
     LoaderError,
     worker_batches,
 )
@@ -52,7 +52,7 @@ def iterable_base() -> type:
 class ShardDataset(iterable_base()):  # type: ignore[misc]
     """A PyTorch ``IterableDataset`` over a committed gpuspark dataset (local path or fsspec
     URL), split exactly across ranks and DataLoader workers (see
-    :mod:`gpuspark.data.load.plan`).
+    :mod:`gpuspark.data.load.order`).
 
     ``decode``: ``"auto"`` (default; images to uint8 HWC arrays), ``"raw"``, an
     :class:`ImageDecode` or a callable on the stored sample dict. ``transform`` runs after it.
@@ -113,9 +113,9 @@ class ShardDataset(iterable_base()):  # type: ignore[misc]
             return self._resolved
         return World.detect().with_worker(0, 1)
 
-    def plan(self, epoch: int | None = None) -> EpochPlan:
-        """The :class:`EpochPlan` of ``epoch`` (default: the current one) for this world."""
-        return EpochPlan(
+    def plan(self, epoch: int | None = None) -> EpochOrder:
+        """The :class:`EpochOrder` of ``epoch`` (default: the current one) for this world."""
+        return EpochOrder(
             counts=tuple(s.records for s in self.shards),
             world_size=self.world.world_size,
             seed=self.seed,
@@ -276,7 +276,7 @@ class _Reader:
         sample = decode_example_views(payload, self.ds.manifest.schema)  # arrays: no copy
         return self.ds.prepare(sample)
 
-    def batch(self, plan: EpochPlan, begin: int, end: int) -> tuple[list[Any], dict[str, int]]:
+    def batch(self, plan: EpochOrder, begin: int, end: int) -> tuple[list[Any], dict[str, int]]:
         before = self.cache.stats.as_dict() if self.cache else {}
         shards, records = plan.lookup(np.arange(begin, end))
         samples, skipped = [], 0

@@ -13,7 +13,7 @@ import numpy as np
 
 from gpuspark.data import format as fmt
 from gpuspark.data.load.dataset import ShardDataset, iterable_base
-from gpuspark.data.load.plan import LoaderError
+from gpuspark.data.load.order import LoaderError
 from gpuspark.data.load.prefetch import (
     check_options,
     loader_device,

@@ -3,7 +3,7 @@
 A table dataset stores blocks of rows column by column (:mod:`gpuspark.data.table`); this
 reader turns a shuffle window of blocks into column arrays with a few numpy calls and cuts
 them into batches ``{column: array}`` (or ``transform(batch)``). The epoch's order and exact
-split come from :class:`~gpuspark.data.load.table_plan.TablePlan`, from the manifest only.
+split come from :class:`~gpuspark.data.load.table_order.TableOrder`, from the manifest only.
 
 Resume: :meth:`TableDataset.state_dict` is ``(epoch, seed, consumed)``; iteration continues
 at row ``consumed`` of this rank's stream without reading the rows before it.
@@ -22,7 +22,7 @@ from gpuspark.data import format as fmt
 from gpuspark.data.load.access import OpenShards
 from gpuspark.data.load.dataset import select_shards
 from gpuspark.data.load.decode import decode_example_views
-from gpuspark.data.load.table_plan import DEFAULT_SHUFFLE_ROWS, TablePlan
+from gpuspark.data.load.table_order import DEFAULT_SHUFFLE_ROWS, TableOrder
 from gpuspark.data.load.world import World
 from gpuspark.data.table import BlockParts, TableColumn, TableInfo, decode_parts, number_index
 from gpuspark.data.table.batch import TableBatch
@@ -39,7 +39,7 @@ Batch = dict[str, Any]
 
 class TableDataset:
     """Batches of rows of a table dataset (local path or fsspec URL), split exactly across
-    ranks (see :mod:`gpuspark.data.load.table_plan`).
+    ranks (see :mod:`gpuspark.data.load.table_order`).
 
     ``columns`` selects columns (default: all); ``split`` reads that split's shards only.
     Batches are dicts of arrays: numbers 1-D (a ``numpy.ma`` masked array when the rows read
@@ -81,7 +81,7 @@ class TableDataset:
         self._blocks = self._block_table()
         self.epoch = 0
         self.consumed = 0
-        self._plan: tuple[tuple[int, int, int], TablePlan] | None = None
+        self._plan: tuple[tuple[int, int, int], TableOrder] | None = None
         self.plan()  # validates the sizes against the world now
 
     def _block_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -106,13 +106,13 @@ class TableDataset:
         """This process's world: as given, else detected (torch.distributed, environment)."""
         return self._world if self._world is not None else World.detect().with_worker(0, 1)
 
-    def plan(self, epoch: int | None = None) -> TablePlan:
-        """The :class:`TablePlan` of ``epoch`` (default: the current one) for this world."""
+    def plan(self, epoch: int | None = None) -> TableOrder:
+        """The :class:`TableOrder` of ``epoch`` (default: the current one) for this world."""
         epoch = self.epoch if epoch is None else epoch
         key = (epoch, self.seed, self.world.world_size)
         if self._plan is None or self._plan[0] != key:
             shards, records, rows = self._blocks
-            plan = TablePlan(
+            plan = TableOrder(
                 shards,
                 records,
                 rows,
@@ -189,7 +189,7 @@ class TableDataset:
         return self._stream(plan, rank, self.consumed, batch_size)
 
     def _stream(
-        self, plan: TablePlan, rank: int, start: int, batch_size: int
+        self, plan: TableOrder, rank: int, start: int, batch_size: int
     ) -> Iterator[tuple[Any, int]]:
         reader = _WindowReader(self, views=bool(getattr(self.transform, "reads_views", False)))
         pending: list[BlockParts] = []
@@ -281,7 +281,7 @@ class _WindowReader:
         self._last = ((shard, record), parts)
         return parts
 
-    def window(self, plan: TablePlan, rank: int, k: int) -> _Window:
+    def window(self, plan: TableOrder, rank: int, k: int) -> _Window:
         """Window ``k`` of ``rank`` in its reading order: its blocks' rows gathered in the
         shuffled order, or concatenated (a fresh copy either way: nothing points into the
         mapped shards but the items of object arrays), or with ``views`` and no shuffle, the

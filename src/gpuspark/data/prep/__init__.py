@@ -33,7 +33,7 @@ from gpuspark.data.prep.dicom import prep_dicom
 from gpuspark.data.prep.images import prep_images
 from gpuspark.data.prep.parquet import prep_parquet
 from gpuspark.data.prep.progress import Progress
-from gpuspark.data.prep.shards import plan_shards
+from gpuspark.data.prep.shards import deal_shards
 from gpuspark.data.prep.text import load_dataset_tokenizer, prep_text
 from gpuspark.errors import PrepError
 
@@ -42,8 +42,8 @@ __all__ = [
     "PrepError",
     "PrepResult",
     "Progress",
+    "deal_shards",
     "load_dataset_tokenizer",
-    "plan_shards",
     "prep_dicom",
     "prep_images",
     "prep_parquet",

@@ -35,7 +35,7 @@ from gpuspark.data.prep.common import (
     split_counts,
 )
 from gpuspark.data.prep.progress import Progress, Watcher, announce
-from gpuspark.data.prep.shards import plan_shards
+from gpuspark.data.prep.shards import deal_shards
 from gpuspark.data.sources import (
     WINDOW_PRESETS,
     DicomOptions,
@@ -240,7 +240,7 @@ def _series_writer(
     rows_acc, q_acc = counters["rows"], counters["quarantined"]
 
     def shard_task(shard: int, batches: Iterable[Any]) -> Iterator[Any]:
-        from gpuspark.data.write import Report
+        from gpuspark.data.write import PartitionReport
 
         files: dict[str, list[str]] = {}
         for batch in batches:
@@ -258,12 +258,12 @@ def _series_writer(
                 q_acc.add(len(paths))
                 qe = QuarantineError.wrap(e, "series failed")
                 err = qe.error_type if qe.path is None else f"{qe.error_type} ({qe.path})"
-                yield Report(series_uid=uid, paths=paths, reason=qe.reason, error_type=err)
+                yield PartitionReport(series_uid=uid, paths=paths, reason=qe.reason, error_type=err)
                 continue
             rows_acc.add(1)
             rows, in_rows = rows + 1, in_rows + len(paths)
             yield _dicom_sample(row)
-        yield Report(rows=rows, files_in_rows=in_rows)
+        yield PartitionReport(rows=rows, files_in_rows=in_rows)
 
     return shard_task
 
@@ -320,7 +320,7 @@ def _run_dicom(
                 raise PrepError(f"source {src} holds no files", remedy="check the path")
             if not series:  # nothing readable: fail before the write job
                 check_outcome("prep dicom", src, root, n_files, 0, q_head)
-            layout, assign = plan_shards(
+            layout, assign = deal_shards(
                 series,
                 world_size=opts.world_size,
                 num_shards=opts.num_shards,

@@ -7,10 +7,10 @@ from typing import Any
 from gpuspark._util.numbers import round_up
 from gpuspark.errors import PrepError
 
-__all__ = ["plan_shards"]
+__all__ = ["deal_shards"]
 
 
-def plan_shards(
+def deal_shards(
     series: dict[str, tuple[Any, int, int]],
     *,
     world_size: int | None,

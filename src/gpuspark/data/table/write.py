@@ -20,7 +20,7 @@ from gpuspark.data.table.columns import (
     table_columns,
     vectors_as_arrays,
 )
-from gpuspark.data.write import Report, write_dataframe
+from gpuspark.data.write import PartitionReport, write_dataframe
 from gpuspark.errors import TableError
 
 __all__ = ["write_table"]
@@ -37,7 +37,7 @@ def _block_writer(
         for chunk in rechunk(batches, block_rows):
             rows += chunk.num_rows
             yield encode_block(chunk, columns)
-        yield Report(rows=rows)
+        yield PartitionReport(rows=rows)
 
     return blocks
 

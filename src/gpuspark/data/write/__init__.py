@@ -10,7 +10,7 @@ The public face of the writer side; the modules behind it, one job each:
   leftovers of interrupted writes, manifest last;
 - :mod:`~gpuspark.data.write.shard_writer`: one shard file (framing, index, hash, schema) and
   :class:`ShardWriter`, which rolls shards by size;
-- :mod:`~gpuspark.data.write.plan`: Spark shard planning - round-robin rows to shards, exact
+- :mod:`~gpuspark.data.write.layout`: Spark shard planning - round-robin rows to shards, exact
   shuffle keys;
 - :mod:`~gpuspark.data.write.spark`: :func:`write_dataframe`, :func:`write_partitions` and
   the per-task-attempt writer.
@@ -21,11 +21,11 @@ Import from ``gpuspark.data.write``; the module layout behind it may change.
 from __future__ import annotations
 
 from gpuspark.data.write.commit import check_target, extra_file_name
-from gpuspark.data.write.plan import balanced_counts, partition_keys, spark_hash_int
+from gpuspark.data.write.layout import balanced_counts, partition_keys, spark_hash_int
 from gpuspark.data.write.shard_writer import DEFAULT_TARGET_SHARD_BYTES, ShardWriter
 from gpuspark.data.write.spark import (
     PartitionFn,
-    Report,
+    PartitionReport,
     SampleFn,
     write_dataframe,
     write_partitions,
@@ -34,7 +34,7 @@ from gpuspark.data.write.spark import (
 __all__ = [
     "DEFAULT_TARGET_SHARD_BYTES",
     "PartitionFn",
-    "Report",
+    "PartitionReport",
     "SampleFn",
     "ShardWriter",
     "balanced_counts",

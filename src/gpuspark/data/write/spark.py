@@ -24,17 +24,17 @@ from gpuspark.data.write.commit import (
     shard_name,
     staged_write,
 )
-from gpuspark.data.write.plan import KEY_COL, partition_keys, plan_dataframe
+from gpuspark.data.write.layout import KEY_COL, partition_keys, plan_dataframe
 from gpuspark.data.write.shard_writer import ShardFile
 from gpuspark.errors import GpusparkError, did_you_mean
 
-__all__ = ["PartitionFn", "Report", "SampleFn", "write_dataframe", "write_partitions"]
+__all__ = ["PartitionFn", "PartitionReport", "SampleFn", "write_dataframe", "write_partitions"]
 
 SampleFn = Callable[[dict[str, Any]], Mapping[str, Any]]
 """``row dict -> sample`` (runs in the tasks)."""
 
 
-class Report(dict):
+class PartitionReport(dict):
     """What a :func:`write_partitions` task hands back to the driver instead of writing it
     (a quarantined input, a per-task count): a plain JSON-able dict."""
 
@@ -73,7 +73,7 @@ def _task_writer(
             else:
                 checked = (_checked_batch(b, key) for b in batches)
                 for item in partition_fn(pid, checked):
-                    if isinstance(item, Report):
+                    if isinstance(item, PartitionReport):
                         reports.append(dict(item))
                     else:
                         shard.write(item)
@@ -167,9 +167,9 @@ def write_dataframe(
     see :func:`gpuspark.data.write.commit.commit`).
 
     ``partition_fn(shard index, Arrow batches)`` replaces the row-by-row path: it yields the
-    samples of its shard (e.g. blocks of rows) and :class:`Report` dicts; ``extra`` may then
-    be a callable on the winning attempts' reports, each with ``"shard"`` set to its shard's
-    path, run on the driver before the commit.
+    samples of its shard (e.g. blocks of rows) and :class:`PartitionReport` dicts; ``extra``
+    may then be a callable on the winning attempts' reports, each with ``"shard"`` set to its
+    shard's path, run on the driver before the commit.
     """
     if compression not in fmt.CODECS:
         raise fmt.unknown_codec_error(compression)
@@ -300,12 +300,12 @@ def write_partitions(
 ) -> tuple[Manifest, list[dict[str, Any]]]:
     """Write a dataset whose shards the caller has planned: shard ``i`` (split ``splits[i]``)
     is made from the rows whose int column ``shard_col`` is ``i``, by
-    ``partition_fn(i, batches)``, in one task; return the manifest and the :class:`Report`
+    ``partition_fn(i, batches)``, in one task; return the manifest and the :class:`PartitionReport`
     records of the winning task attempts.
 
     For jobs that do their heavy work while writing (read, assemble, transform each input,
     one at a time), so nothing is cached or shuffled after it. ``partition_fn`` yields the
-    samples to write and ``Report`` dicts to return (quarantined inputs, counts); the
+    samples to write and ``PartitionReport`` dicts to return (quarantined inputs, counts); the
     manifest's ``extra`` is ``extra(reports)``, and ``files(reports)`` are committed with the
     shards (as in :func:`write_dataframe`). Both run on the driver before the commit: an
     exception they raise aborts the write and leaves the old dataset (if any) as it was.

@@ -33,7 +33,7 @@ from gpuspark.launch._internal.rendezvous import host_store
 from gpuspark.launch._internal.worker import set_parent_death_signal, set_process_name
 from gpuspark.monitor.rank_settings import endpoint_rank, read_endpoint
 
-__all__ = ["Sink", "TaskSpec", "run_task", "store_port"]
+__all__ = ["Sink", "TaskSetup", "run_task", "store_port"]
 
 _TAIL_LINES = 30
 _POLL_S = 0.05
@@ -43,7 +43,7 @@ _WORKER_MODULE = "gpuspark.launch._internal.worker"
 
 
 @dataclass
-class TaskSpec:
+class TaskSetup:
     """Everything one node of the job needs: plain data, picklable."""
 
     run_id: str
@@ -108,7 +108,7 @@ def store_port(host: str, rdzv_backend: str) -> tuple[int, int]:
 # ---------------------------------------------------------------------------- agent process
 
 
-def _launch_config(spec: TaskSpec, log_dir: str) -> Any:
+def _launch_config(spec: TaskSetup, log_dir: str) -> Any:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -167,7 +167,7 @@ def _plain_agent_logging() -> None:
         log.propagate = False
 
 
-def _agent_main(spec: TaskSpec, log_dir: str) -> dict[str, Any]:
+def _agent_main(spec: TaskSetup, log_dir: str) -> dict[str, Any]:
     """Body of the forked agent process; returns what the task reports."""
     os.environ.update(spec.env)
     os.environ[envvars.AGENT_PID.name] = str(os.getpid())
@@ -204,7 +204,7 @@ def _agent_main(spec: TaskSpec, log_dir: str) -> dict[str, Any]:
     return {"ok": True, "value": outputs.get(0), "rank0": 0 in outputs}
 
 
-def _agent_process(spec: TaskSpec, log_dir: str, parent: int) -> None:
+def _agent_process(spec: TaskSetup, log_dir: str, parent: int) -> None:
     """Run in the forked child: own process group, follow the parent, write the result file."""
     code = 1
     try:
@@ -368,7 +368,7 @@ def _error_files(log_dir: str) -> dict[int, dict[str, Any]]:
     return {r: e for r, e in errors.items() if e.get("restart", 0) == last}
 
 
-def _describe(result: dict[str, Any], spec: TaskSpec, log_dir: str, tails: dict) -> None:
+def _describe(result: dict[str, Any], spec: TaskSetup, log_dir: str, tails: dict) -> None:
     """Attach host, error file and last log lines to each failed rank.
 
     The agent reports the first rank it saw die; every rank that wrote an error file is added,
@@ -397,7 +397,7 @@ def _agent_log_tail(log_dir: str) -> list[str]:
         return []
 
 
-def _collect(spec: TaskSpec, log_dir: str, status: int, why: str | None, tails: dict) -> dict:
+def _collect(spec: TaskSetup, log_dir: str, status: int, why: str | None, tails: dict) -> dict:
     import cloudpickle
 
     path = os.path.join(log_dir, "result.pkl")
@@ -421,7 +421,7 @@ def _collect(spec: TaskSpec, log_dir: str, status: int, why: str | None, tails: 
     return result
 
 
-def _host_store(spec: TaskSpec) -> Any:
+def _host_store(spec: TaskSetup) -> Any:
     """Task 0 of a static rendezvous hosts the job's TCP store (see ``rendezvous``) on the
     socket it holds; the store owns (and closes) that fd from here on."""
     if spec.store_fd < 0:
@@ -435,7 +435,7 @@ def _host_store(spec: TaskSpec) -> Any:
         raise
 
 
-def run_task(spec: TaskSpec, sink: Sink, timeout: float | None = None) -> dict[str, Any]:
+def run_task(spec: TaskSetup, sink: Sink, timeout: float | None = None) -> dict[str, Any]:
     """Run one node of the job: agent + ranks; stream logs; return the task's report.
 
     The report is ``{"ok": True, "value": bytes | None}`` (rank 0's cloudpickled result on the

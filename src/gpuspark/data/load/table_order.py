@@ -1,4 +1,4 @@
-"""The epoch plan of a table dataset: which rows of which blocks each rank reads, in which order.
+"""The epoch order of a table dataset: which rows of which blocks each rank reads, in which order.
 
 A table dataset's records are *blocks* of rows (:mod:`gpuspark.data.table`). From the
 manifest alone (rows per shard, ``block_rows``), an epoch is laid out as:
@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from gpuspark.errors import LoaderError
 
-__all__ = ["DEFAULT_SHUFFLE_ROWS", "Piece", "TablePlan"]
+__all__ = ["DEFAULT_SHUFFLE_ROWS", "Piece", "TableOrder"]
 
 DEFAULT_SHUFFLE_ROWS = 65536
 """Rows per shuffle window of a rank's stream (16 blocks of the default 4096 rows; 25 MB for 48
@@ -35,7 +35,7 @@ Piece = tuple[int, int, int, int]
 shard list): ``(shard, record, lo, hi)``."""
 
 
-class TablePlan:
+class TableOrder:
     """The order and exact split of one epoch over blocks of rows.
 
     ``shards``, ``records`` and ``rows`` describe every block in manifest order (the shard's

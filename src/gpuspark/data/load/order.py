@@ -1,4 +1,4 @@
-"""The epoch plan: which record each rank reads at each position, from record counts only.
+"""The epoch order: which record each rank reads at each position, from record counts only.
 
 How an epoch is laid out (all from the manifest's record counts; no shard is scanned):
 
@@ -36,13 +36,13 @@ import numpy as np
 
 from gpuspark.errors import LoaderError
 
-__all__ = ["DEFAULT_SHUFFLE_WINDOW", "EpochPlan", "LoaderError", "worker_batches"]
+__all__ = ["DEFAULT_SHUFFLE_WINDOW", "EpochOrder", "LoaderError", "worker_batches"]
 
 DEFAULT_SHUFFLE_WINDOW = 8192
 
 
 @dataclass(frozen=True)
-class EpochPlan:
+class EpochOrder:
     """The order and split of one epoch, computed from records per shard only."""
 
     counts: tuple[int, ...]

@@ -1,4 +1,4 @@
-"""The epoch plan (gpuspark.data.load.plan): split, shuffle quality, resume positions."""
+"""The epoch plan (gpuspark.data.load.order): split, shuffle quality, resume positions."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuspark.data.load import EpochPlan, LoaderError, worker_batches
-from gpuspark.data.load import plan as plan_module
+from gpuspark.data.load import EpochOrder, LoaderError, worker_batches
+from gpuspark.data.load import order as plan_module
 
 
 def test_worker_batches_cover_range_once() -> None:
@@ -17,7 +17,7 @@ def test_worker_batches_cover_range_once() -> None:
     assert got == [(b, min(b + 4, 27)) for b in range(5, 27, 4)]
 
 
-def _spearman_vs_storage(plan: EpochPlan) -> tuple[float, float]:
+def _spearman_vs_storage(plan: EpochOrder) -> tuple[float, float]:
     shard, record = plan.lookup(np.arange(plan.total))
     starts = np.concatenate(([0], np.cumsum(plan.counts)))
     stored = starts[shard] + record
@@ -30,24 +30,24 @@ def _spearman_vs_storage(plan: EpochPlan) -> tuple[float, float]:
 def test_shuffle_quality() -> None:
     # A typical layout: 64 shards of 100 records, a window of 2,048.
     rhos, neighbours = zip(
-        *(_spearman_vs_storage(EpochPlan((100,) * 64, seed=s, window=2048)) for s in range(10)),
+        *(_spearman_vs_storage(EpochOrder((100,) * 64, seed=s, window=2048)) for s in range(10)),
         strict=True,
     )
     assert np.mean(np.abs(rhos)) < 0.2  # measured 0.11
     assert abs(np.mean(rhos)) < 0.15
     assert max(neighbours) < 0.01  # consecutive samples are almost never storage neighbours
     # One shard, window of a few thousand covering it: correlation ~ 0.
-    rho, _ = _spearman_vs_storage(EpochPlan((4000,), seed=1, window=4096))
+    rho, _ = _spearman_vs_storage(EpochOrder((4000,), seed=1, window=4096))
     assert abs(rho) < 0.1
     # Without shuffling the output is the storage order.
-    assert _spearman_vs_storage(EpochPlan((100,) * 64, shuffle=False)) == (
+    assert _spearman_vs_storage(EpochOrder((100,) * 64, shuffle=False)) == (
         pytest.approx(1.0),
         pytest.approx(1.0, abs=0.001),
     )
 
 
 def test_rank_ranges_tile_the_padded_epoch() -> None:
-    plan = EpochPlan((7, 5, 9), world_size=4, drop_last=False, seed=3)
+    plan = EpochOrder((7, 5, 9), world_size=4, drop_last=False, seed=3)
     assert plan.per_rank == 6  # ceil(21 / 4)
     ranges = [plan.rank_range(r) for r in range(4)]
     assert ranges == [(0, 6), (6, 12), (12, 18), (18, 24)]
@@ -57,29 +57,29 @@ def test_rank_ranges_tile_the_padded_epoch() -> None:
 
 
 def test_resume_range_skips_what_the_rank_delivered() -> None:
-    plan = EpochPlan((10, 10, 10), world_size=3)
+    plan = EpochOrder((10, 10, 10), world_size=3)
     assert plan.resume_range(1, 0) == plan.rank_range(1) == (10, 20)
     assert plan.resume_range(1, 4) == (14, 20)
     assert plan.resume_range(2, 10) == (30, 30)  # epoch done: nothing left
 
 
 def test_plans_are_seeded() -> None:
-    a, b = (EpochPlan((50,) * 4, seed=7, epoch=2, window=16) for _ in range(2))
+    a, b = (EpochOrder((50,) * 4, seed=7, epoch=2, window=16) for _ in range(2))
     positions = np.arange(200)
     assert all(
         (x == y).all() for x, y in zip(a.lookup(positions), b.lookup(positions), strict=True)
     )
-    other = EpochPlan((50,) * 4, seed=7, epoch=3, window=16)
+    other = EpochOrder((50,) * 4, seed=7, epoch=3, window=16)
     assert not (other.lookup(positions)[1] == a.lookup(positions)[1]).all()
 
 
 def test_bad_plans_are_refused() -> None:
     with pytest.raises(LoaderError, match="no records"):
-        EpochPlan((0, 0))
+        EpochOrder((0, 0))
     with pytest.raises(LoaderError, match="fewer than the 4 ranks"):
-        EpochPlan((3,), world_size=4)
+        EpochOrder((3,), world_size=4)
     with pytest.raises(ValueError, match="shuffle_window must be >= 1"):
-        EpochPlan((3,), window=0)
+        EpochOrder((3,), window=0)
 
 
 def test_plan_imports_no_torch() -> None:
