@@ -84,6 +84,7 @@ def test_launch_reads_the_spec_file_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # ~70 s: a real launch; the default run covers the same path in parts below
 def test_launch_on_spark_reads_the_spec_file_once(
     tmp_path: Path, local_cluster: Any, spark_factory: Any
 ) -> None:

@@ -17,11 +17,10 @@ from gpuspark.data.prep import (
     PrepError,
     common,
     deal_shards,
-    dicom,
-    images,
     prep_dicom,
     prep_images,
 )
+from gpuspark.data.prep import job as prep_job
 from gpuspark.errors import DatasetExistsError, LabelsError
 
 
@@ -34,8 +33,7 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*_a: Any, **_k: Any) -> Any:
         raise _Started
 
-    monkeypatch.setattr(dicom, "job_session", started)
-    monkeypatch.setattr(images, "job_session", started)
+    monkeypatch.setattr(prep_job, "job_session", started)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from gpuspark.cli.main import main
-from gpuspark.data.prep import PrepError, parquet, prep_parquet
+from gpuspark.data.prep import PrepError, prep_parquet
+from gpuspark.data.prep import job as prep_job
 from gpuspark.data.prep.parquet_stats import plan_columns
 
 
@@ -25,7 +26,7 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*_a: Any, **_k: Any) -> Any:
         raise _Started
 
-    monkeypatch.setattr(parquet, "job_session", started)
+    monkeypatch.setattr(prep_job, "job_session", started)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpuspark.data.prep import dicom, images, progress
+from gpuspark.data.prep import job as prep_job
 
 
 class _Stop(Exception):
@@ -34,7 +35,7 @@ def test_first_update_says_spark_is_starting(
     (tmp_path / "src" / "a" / "x.jpg").write_bytes(b"x")
     calls: list[dict[str, Any]] = []
     seen: list[list[str]] = []
-    monkeypatch.setattr(module, "job_session", _session_that_records(calls, seen))
+    monkeypatch.setattr(prep_job, "job_session", _session_that_records(calls, seen))
     run = images.prep_images if module is images else dicom.prep_dicom
     with pytest.raises(_Stop):
         run(str(tmp_path / "src"), str(tmp_path / "dst"), progress=calls.append)

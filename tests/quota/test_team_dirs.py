@@ -240,8 +240,8 @@ def test_discard_on_error_removes_the_empty_folders_made(store: Path) -> None:
 
 @pytest.fixture()
 def no_session(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """``job_session`` of the image job replaced: records what exists when it is reached."""
-    from gpuspark.data.prep import images
+    """``job_session`` of the prep jobs replaced: records what exists when it is reached."""
+    from gpuspark.data.prep import job as prep_job
 
     seen: list[Any] = []
 
@@ -249,7 +249,7 @@ def no_session(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         seen.append(_kw)
         raise RuntimeError("no cluster in this test")
 
-    monkeypatch.setattr(images, "job_session", job_session)
+    monkeypatch.setattr(prep_job, "job_session", job_session)
     return seen
 
 
@@ -275,7 +275,8 @@ def test_prep_refuses_another_teams_root_before_the_session(
 def test_prep_makes_the_group_dir_before_the_job_and_removes_it_on_failure(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuspark.data.prep import images, prep_images
+    from gpuspark.data.prep import job as prep_job
+    from gpuspark.data.prep import prep_images
 
     group = other_group()
     spec = make_spec(str(store), a=f'group = "{group.gr_name}"')
@@ -287,7 +288,7 @@ def test_prep_makes_the_group_dir_before_the_job_and_removes_it_on_failure(
         seen.append((info.st_gid, stat.S_IMODE(info.st_mode)))
         raise RuntimeError("no cluster in this test")
 
-    monkeypatch.setattr(images, "job_session", job_session)
+    monkeypatch.setattr(prep_job, "job_session", job_session)
     with pytest.raises(RuntimeError, match="no cluster"):
         prep_images(_image_folder(tmp_path), target, spec=spec, team="a")
     assert seen == [(group.gr_gid, 0o2750)]

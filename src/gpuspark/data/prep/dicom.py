@@ -14,27 +14,22 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.cluster.session import JobKind, job_session
-from gpuspark.cluster.submit import prepare_job
 from gpuspark.data.prep.common import (
     SHARD_BYTES,
     PrepResult,
     WriteOptions,
     arrow_schema,
     by_reason,
-    check_destination,
-    check_outcome,
     check_source,
     check_split,
     check_world,
     cores,
-    quarantine_path,
     quarantine_table,
     read_label_table,
     record_batches,
-    split_counts,
 )
-from gpuspark.data.prep.progress import Progress, Watcher, announce
+from gpuspark.data.prep.job import PrepRun, run_prep
+from gpuspark.data.prep.progress import Progress
 from gpuspark.data.prep.shards import deal_shards
 from gpuspark.data.sources import (
     WINDOW_PRESETS,
@@ -119,24 +114,25 @@ def prep_dicom(
         )
     except ValueError as exc:
         raise PrepError(str(exc)) from exc
-    fractions = check_split(split)
+    write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
     table = read_label_table(labels)
-    root = check_destination(dst, overwrite)
-    opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-    job = prepare_job(
-        JobKind.DATA,
-        spec=spec,
+
+    def body(run: PrepRun, sp: Any) -> PrepResult:
+        return _run_dicom(sp, run, options, table)
+
+    return run_prep(
+        "dicom",
+        src_s,
+        dst,
+        write,
+        body,
+        spark=spark,
         master=master,
+        spec=spec,
         team=team,
-        app_name="gpuspark-prep-dicom",
-        writes=[root],
+        progress=progress,
+        t0=t0,
     )
-    announce(progress)  # starting a session (and a cluster) takes seconds: say so
-    with (
-        job.discard_on_error(),
-        job_session(spark=spark, **job.session_args()) as sp,
-    ):
-        return _run_dicom(sp, src_s, root, options, table, opts, progress, t0)
 
 
 def _triple(value: Sequence[Any] | None, kind: type, name: str) -> Any:
@@ -290,16 +286,7 @@ def _dicom_sample(row: dict[str, Any]) -> dict[str, Any]:
     return sample
 
 
-def _run_dicom(
-    spark: Any,
-    src: str,
-    root: str,
-    options: Any,
-    table: Any,
-    opts: WriteOptions,
-    progress: Progress | None,
-    t0: float,
-) -> PrepResult:
+def _run_dicom(spark: Any, run: PrepRun, options: Any, table: Any) -> PrepResult:
     """Two jobs: (1) list and read headers in tasks, count files per series; (2) one task
     per planned shard assembles its series and writes them (``write_partitions``)."""
     from pyspark import StorageLevel
@@ -308,10 +295,10 @@ def _run_dicom(
     from gpuspark.data.write import write_partitions
 
     sc = spark.sparkContext
-    counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
+    src, root, opts = run.src, run.root, run.write
     done: dict[str, Any] = {}
-    with Watcher(spark, progress, counters, phase="headers") as watch:
-        fn = _header_fn(counters["quarantined"], opts.fractions, options.salt)
+    with run.watching(spark, phase="headers") as watch:
+        fn = _header_fn(run.counters["quarantined"], opts.fractions, options.salt)
         heads = _source_units(spark, src).mapInArrow(fn, _HEADER_DDL)
         heads = heads.persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -319,7 +306,7 @@ def _run_dicom(
             if n_files == 0:
                 raise PrepError(f"source {src} holds no files", remedy="check the path")
             if not series:  # nothing readable: fail before the write job
-                check_outcome("prep dicom", src, root, n_files, 0, q_head)
+                run.check_outcome(n_files, 0, q_head)
             layout, assign = deal_shards(
                 series,
                 world_size=opts.world_size,
@@ -335,7 +322,7 @@ def _run_dicom(
             def extra(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 # runs on the driver before the commit: a job without records commits nothing
                 done.update(_tally(reports, q_head))
-                check_outcome("prep dicom", src, root, n_files, done["rows"], done["q_rows"])
+                run.check_outcome(n_files, done["rows"], done["q_rows"])
                 return _dicom_extra(src, options, table, opts.fractions, n_files, done)
 
             manifest, _ = write_partitions(
@@ -343,7 +330,7 @@ def _run_dicom(
                 root,
                 layout,
                 _SHARD,
-                _series_writer(options, table, opts.fractions, layout, counters),
+                _series_writer(options, table, opts.fractions, layout, run.counters),
                 overwrite=opts.overwrite,
                 compression=opts.compression,
                 provenance={"source": src, "job": "prep dicom"},
@@ -353,23 +340,13 @@ def _run_dicom(
             )
         finally:
             heads.unpersist()
-    q_rows = done["q_rows"]
-    return PrepResult(
-        dataset=root,
-        kind="dicom",
+    return run.result(
+        manifest,
         inputs=n_files,
-        rows=manifest.total_records,
         files_in_rows=done["files_in_rows"],
-        quarantined=len(q_rows),
+        q_rows=done["q_rows"],
         quarantined_items=done["series_quarantined"] + len(q_head),
-        by_reason=by_reason(q_rows),
-        splits=split_counts(manifest),
-        shards=len(manifest.shards),
-        bytes=sum(s.bytes for s in manifest.shards),
-        seconds=round(time.monotonic() - t0, 3),
-        quarantine_path=quarantine_path(root, manifest),
         label_map=manifest.extra.get("label_map", {}),
-        timings=watch.timings,
     )
 
 

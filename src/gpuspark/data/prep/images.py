@@ -14,24 +14,20 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from gpuspark.cluster.session import JobKind, job_session
-from gpuspark.cluster.submit import prepare_job
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
     by_reason,
-    check_destination,
-    check_outcome,
     check_source,
     check_split,
     check_world,
-    quarantine_path,
     quarantine_table,
     record_batches,
     split_counts,
     task_count,
 )
-from gpuspark.data.prep.progress import Progress, Watcher, announce
+from gpuspark.data.prep.job import PrepRun, run_prep
+from gpuspark.data.prep.progress import Progress
 from gpuspark.data.sources import (
     SPLIT_NAMES,
     ImageOptions,
@@ -89,23 +85,24 @@ def prep_images(
         options = ImageOptions(mode=mode, size=size)
     except ValueError as exc:
         raise PrepError(str(exc)) from exc
-    fractions = check_split(split)
-    root = check_destination(dst, overwrite)
-    opts = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-    job = prepare_job(
-        JobKind.DATA,
-        spec=spec,
+    write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
+
+    def body(run: PrepRun, sp: Any) -> PrepResult:
+        return _run_images(sp, run, options)
+
+    return run_prep(
+        "images",
+        src_s,
+        dst,
+        write,
+        body,
+        spark=spark,
         master=master,
+        spec=spec,
         team=team,
-        app_name="gpuspark-prep-images",
-        writes=[root],
+        progress=progress,
+        t0=t0,
     )
-    announce(progress)  # starting a session (and a cluster) takes seconds: say so
-    with (
-        job.discard_on_error(),
-        job_session(spark=spark, **job.session_args()) as sp,
-    ):
-        return _run_images(sp, src_s, root, options, opts, progress, t0)
 
 
 def _list_nonempty(spark: Any, src: str) -> tuple[Any, int]:
@@ -223,23 +220,14 @@ def _images_extra(
     }
 
 
-def _run_images(
-    spark: Any,
-    src: str,
-    root: str,
-    options: Any,
-    opts: WriteOptions,
-    progress: Progress | None,
-    t0: float,
-) -> PrepResult:
+def _run_images(spark: Any, run: PrepRun, options: Any) -> PrepResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from gpuspark.data.write import write_dataframe
 
-    sc = spark.sparkContext
-    counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
-    with Watcher(spark, progress, counters) as watch:
+    src, fractions = run.src, run.write.fractions
+    with run.watching(spark) as watch:
         files, n_files = _list_nonempty(spark, src)
         names = _class_names(files, src)
         if not names:
@@ -250,7 +238,7 @@ def _run_images(
             )
         index = {n: i for i, n in enumerate(names)}
         watch.phase = "images"
-        fn = _image_fn(src, options, index, opts.fractions, *counters.values())
+        fn = _image_fn(src, options, index, fractions, *run.counters.values())
         out = (
             files.repartition(task_count(spark, n_files, 32))
             .mapInArrow(fn, _IMAGE_DDL)
@@ -263,42 +251,27 @@ def _run_images(
                 .select("path", "reason", "error_type")
                 .collect()
             ]
-            check_outcome("prep images", src, root, n_files, n_files - len(q_rows), q_rows)
+            run.check_outcome(n_files, n_files - len(q_rows), q_rows)
             watch.phase = "write"
             label_map = {str(i): n for n, i in index.items()}
             manifest = write_dataframe(
                 out.filter(F.col("status") == "ok").drop("status", "reason", "error_type", "path"),
-                root,
-                world_size=opts.world_size,
-                num_shards=opts.num_shards,
-                split_col="split" if opts.fractions else None,
-                overwrite=opts.overwrite,
-                compression=opts.compression,
-                provenance={"source": src, "job": "prep images"},
-                extra=_images_extra(src, options, opts.fractions, label_map, n_files, q_rows),
+                run.root,
+                **run.write_args(),
+                extra=_images_extra(src, options, fractions, label_map, n_files, q_rows),
                 sample_fn=_image_sample,
                 files=quarantine_table(q_rows),
             )
         finally:
             out.unpersist()
             files.unpersist()
-    _warn_empty_splits(src, opts.fractions, split_counts(manifest))
-    return PrepResult(
-        dataset=root,
-        kind="images",
+    _warn_empty_splits(src, fractions, split_counts(manifest))
+    return run.result(
+        manifest,
         inputs=n_files,
-        rows=manifest.total_records,
         files_in_rows=manifest.total_records,
-        quarantined=len(q_rows),
-        quarantined_items=len(q_rows),
-        by_reason=by_reason(q_rows),
-        splits=split_counts(manifest),
-        shards=len(manifest.shards),
-        bytes=sum(s.bytes for s in manifest.shards),
-        seconds=round(time.monotonic() - t0, 3),
-        quarantine_path=quarantine_path(root, manifest),
+        q_rows=q_rows,
         label_map=label_map,
-        timings=watch.timings,
     )
 
 

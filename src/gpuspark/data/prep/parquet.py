@@ -11,6 +11,7 @@ write (:func:`gpuspark.data.table.write_table`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -19,19 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
-from gpuspark.cluster.session import JobKind, job_session
-from gpuspark.cluster.submit import prepare_job
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
     by_reason,
-    check_destination,
-    check_outcome,
     check_split,
     check_world,
-    quarantine_path,
     quarantine_table,
 )
+from gpuspark.data.prep.job import PrepRun, run_prep
 from gpuspark.data.prep.parquet_stats import (
     REASON_COL,
     ROW_COL,
@@ -44,7 +41,7 @@ from gpuspark.data.prep.parquet_stats import (
     tabular_frame,
     tag_rows,
 )
-from gpuspark.data.prep.progress import Progress, Watcher, announce
+from gpuspark.data.prep.progress import Progress
 from gpuspark.data.table import DEFAULT_BLOCK_ROWS, write_table
 from gpuspark.errors import PrepError
 
@@ -98,23 +95,24 @@ def prep_parquet(
     opts = _check_options(label, id, features, categorical, block_rows, max_vocab)
     src_s = _check_parquet_source(src)
     check_world(world_size, num_shards)
-    fractions = check_split(split)
-    root = check_destination(dst, overwrite)
-    write = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-    job = prepare_job(
-        JobKind.DATA,
-        spec=spec,
+    write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
+
+    def body(run: PrepRun, sp: Any) -> PrepResult:
+        return _run(sp, run, opts)
+
+    return run_prep(
+        "parquet",
+        src_s,
+        dst,
+        write,
+        body,
+        spark=spark,
         master=master,
+        spec=spec,
         team=team,
-        app_name="gpuspark-prep-parquet",
-        writes=[root],
+        progress=progress,
+        t0=t0,
     )
-    announce(progress)
-    with (
-        job.discard_on_error(),
-        job_session(spark=spark, **job.session_args()) as sp,
-    ):
-        return _run(sp, src_s, root, opts, write, progress, t0)
 
 
 def _check_options(
@@ -258,31 +256,22 @@ def _extra(
     }
 
 
-def _run(
-    spark: Any,
-    src: str,
-    root: str,
-    opts: _Options,
-    write: WriteOptions,
-    progress: Progress | None,
-    t0: float,
-) -> PrepResult:
+def _run(spark: Any, run: PrepRun, opts: _Options) -> PrepResult:
     from pyspark.sql import functions as F
 
-    sc = spark.sparkContext
-    counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
-    with Watcher(spark, progress, counters, phase="schema") as watch:
+    src, write = run.src, run.write
+    with run.watching(spark, phase="schema") as watch:
         df = _read(spark, src)
         cols = plan_columns(df.schema, opts.label, opts.id, opts.features, opts.categorical)
         tagged = tag_rows(df, cols, write.fractions)
         valid = tagged.filter(F.col(REASON_COL).isNull())
         watch.phase = "quarantine"
         q_rows = _quarantined(tagged, src, cols)
-        counters["quarantined"].add(len(q_rows))
+        run.counters["quarantined"].add(len(q_rows))
         watch.phase = "labels"
         label_values, n_valid = label_classes(valid, cols.label)
         inputs = n_valid + len(q_rows)
-        check_outcome("prep parquet", src, root, inputs, n_valid, q_rows)
+        run.check_outcome(inputs, n_valid, q_rows)
         watch.phase = "stats"
         stats_rows = valid.filter(F.col(SPLIT_COL) == "train") if write.fractions else valid
         numeric, label_counts = numeric_stats(stats_rows, cols, label_values)
@@ -297,36 +286,19 @@ def _run(
         watch.phase = "write"
         manifest = write_table(
             tabular_frame(valid, cols, label_values, categories, bool(write.fractions)),
-            root,
-            world_size=write.world_size,
-            num_shards=write.num_shards,
-            split_col=SPLIT_COL if write.fractions else None,
+            run.root,
+            **run.write_args(split_col=SPLIT_COL),
             block_rows=opts.block_rows,
-            overwrite=write.overwrite,
-            compression=write.compression,
-            provenance={"source": src, "job": "prep parquet"},
             extra=_extra(src, cols, write.fractions, tabular, inputs, q_rows),
             files=quarantine_table(q_rows),
         )
-        counters["rows"].add(n_valid)
-    rows = _split_rows(manifest)
-    return PrepResult(
-        dataset=root,
-        kind="parquet",
-        inputs=inputs,
-        rows=n_valid,
-        files_in_rows=n_valid,
-        quarantined=len(q_rows),
-        quarantined_items=len(q_rows),
-        by_reason=by_reason(q_rows),
-        splits=rows,
-        shards=len(manifest.shards),
-        bytes=sum(s.bytes for s in manifest.shards),
-        seconds=round(time.monotonic() - t0, 3),
-        quarantine_path=quarantine_path(root, manifest),
-        label_map={str(i): str(v) for i, v in enumerate(label_values)},
-        timings=watch.timings,
+        run.counters["rows"].add(n_valid)
+    label_map = {str(i): str(v) for i, v in enumerate(label_values)}
+    result = run.result(
+        manifest, inputs=inputs, files_in_rows=n_valid, q_rows=q_rows, label_map=label_map
     )
+    # a table dataset's records are blocks: its result counts rows
+    return dataclasses.replace(result, rows=n_valid, splits=_split_rows(manifest))
 
 
 def _split_rows(manifest: Any) -> dict[str, int]:

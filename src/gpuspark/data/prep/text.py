@@ -29,23 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
-from gpuspark.cluster.session import JobKind, job_session
-from gpuspark.cluster.submit import prepare_job
 from gpuspark.data import format as fmt
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
     by_reason,
-    check_destination,
-    check_outcome,
     check_split,
     check_world,
-    quarantine_path,
     quarantine_table,
     record_batches,
-    split_counts,
 )
-from gpuspark.data.prep.progress import Progress, Watcher, announce
+from gpuspark.data.prep.job import PrepRun, run_prep
+from gpuspark.data.prep.progress import Progress
 from gpuspark.data.prep.text_tokens import (
     TOKENIZER_FILE,
     check_tokenizer,
@@ -111,23 +106,24 @@ def prep_text(
     opts = _check_options(column, id, vocab_size, seq_len, sample_lines, tokenizer)
     src_s = _check_text_source(src, column)
     check_world(world_size, num_shards)
-    fractions = check_split(split)
-    root = check_destination(dst, overwrite)
-    write = WriteOptions(fractions, world_size, num_shards, overwrite, compression)
-    job = prepare_job(
-        JobKind.DATA,
-        spec=spec,
+    write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
+
+    def body(run: PrepRun, sp: Any) -> PrepResult:
+        return _run(sp, run, opts)
+
+    return run_prep(
+        "text",
+        src_s,
+        dst,
+        write,
+        body,
+        spark=spark,
         master=master,
+        spec=spec,
         team=team,
-        app_name="gpuspark-prep-text",
-        writes=[root],
+        progress=progress,
+        t0=t0,
     )
-    announce(progress)
-    with (
-        job.discard_on_error(),
-        job_session(spark=spark, **job.session_args()) as sp,
-    ):
-        return _run(sp, src_s, root, opts, write, progress, t0)
 
 
 def load_dataset_tokenizer(dataset: str | os.PathLike[str]) -> Any:
@@ -408,21 +404,13 @@ def _tokenizer(docs: Any, n_docs: int, opts: _Options, counts: dict[str, int]) -
     return train_wordpiece(lines, opts.vocab_size)
 
 
-def _run(
-    spark: Any,
-    src: str,
-    root: str,
-    opts: _Options,
-    write: WriteOptions,
-    progress: Progress | None,
-    t0: float,
-) -> PrepResult:
+def _run(spark: Any, run: PrepRun, opts: _Options) -> PrepResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     sc = spark.sparkContext
-    counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
-    with Watcher(spark, progress, counters, phase="documents") as watch:
+    src, write = run.src, run.write
+    with run.watching(spark, phase="documents") as watch:
         raw = (
             _txt_documents(spark, src)
             if opts.column is None
@@ -432,10 +420,10 @@ def _run(
         seqs = None
         try:
             q_rows = _quarantined(docs_all)
-            counters["quarantined"].add(len(q_rows))
+            run.counters["quarantined"].add(len(q_rows))
             docs = docs_all.filter(F.col("reason").isNull()).select("doc", "text")
             n_docs = docs.count()
-            check_outcome("prep text", src, root, n_docs + len(q_rows), n_docs, q_rows)
+            run.check_outcome(n_docs + len(q_rows), n_docs, q_rows)
             watch.phase = "tokenizer"
             counts: dict[str, int] = {"documents": n_docs}
             tok_json = _tokenizer(docs, n_docs, opts, counts)
@@ -443,7 +431,7 @@ def _run(
             vocab = _vocab_size(tok_json)
             watch.phase = "tokenize"
             fn = _tokenize_fn(
-                sc.broadcast(tok_json), opts.seq_len, write.fractions, counters["rows"]
+                sc.broadcast(tok_json), opts.seq_len, write.fractions, run.counters["rows"]
             )
             seqs = docs.mapInArrow(fn, _SEQ_DDL).persist(StorageLevel.DISK_ONLY)
             agg = seqs.agg(F.count("*").alias("n"), F.sum(F.col("length") - 2).alias("t")).first()
@@ -451,13 +439,8 @@ def _run(
             watch.phase = "write"
             manifest = write_dataframe(
                 seqs if write.fractions else seqs.drop("split"),
-                root,
-                world_size=write.world_size,
-                num_shards=write.num_shards,
-                split_col="split" if write.fractions else None,
-                overwrite=write.overwrite,
-                compression=write.compression,
-                provenance={"source": src, "job": "prep text"},
+                run.root,
+                **run.write_args(),
                 extra=_text_extra(src, opts, ids, vocab, counts, write.fractions, q_rows),
                 sample_fn=_seq_sample,
                 files={TOKENIZER_FILE: tok_json.encode("utf-8"), **quarantine_table(q_rows)},
@@ -466,22 +449,7 @@ def _run(
             if seqs is not None:
                 seqs.unpersist()
             docs_all.unpersist()
-    return PrepResult(
-        dataset=root,
-        kind="text",
-        inputs=n_docs + len(q_rows),
-        rows=manifest.total_records,
-        files_in_rows=n_docs,
-        quarantined=len(q_rows),
-        quarantined_items=len(q_rows),
-        by_reason=by_reason(q_rows),
-        splits=split_counts(manifest),
-        shards=len(manifest.shards),
-        bytes=sum(s.bytes for s in manifest.shards),
-        seconds=round(time.monotonic() - t0, 3),
-        quarantine_path=quarantine_path(root, manifest),
-        timings=watch.timings,
-    )
+    return run.result(manifest, inputs=n_docs + len(q_rows), files_in_rows=n_docs, q_rows=q_rows)
 
 
 def _vocab_size(tok_json: str) -> int:

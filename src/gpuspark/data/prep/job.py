@@ -1,0 +1,146 @@
+"""The prep job base: everything a prep job does besides reading its source.
+
+A job module (``images.py``, ``dicom.py``, ``text.py``, ``parquet.py``) checks its own source
+and options on the driver, then hands :func:`run_prep` its body. The base owns the rest:
+
+- the destination (refused now, not after the Spark job: :func:`check_destination`);
+- the job's team and session, through the one submit path
+  (:func:`gpuspark.cluster.submit.prepare_job`; the spec is read once), the progress line
+  while the session starts, and the team's directories removed again if the job fails;
+- the counters (rows, quarantined) and the progress :class:`Watcher` (:meth:`PrepRun.watching`);
+- the outcome check (:meth:`PrepRun.check_outcome`: no records, nothing committed), the
+  writers' common arguments (:meth:`PrepRun.write_args`) and the :class:`PrepResult`
+  (:meth:`PrepRun.result`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuspark.cluster.session import JobKind, job_session
+from gpuspark.cluster.submit import prepare_job
+from gpuspark.data.prep.common import (
+    PrepResult,
+    WriteOptions,
+    by_reason,
+    check_destination,
+    check_outcome,
+    quarantine_path,
+    split_counts,
+)
+from gpuspark.data.prep.progress import Progress, Watcher, announce
+
+__all__ = ["PrepRun", "run_prep"]
+
+
+@dataclass
+class PrepRun:
+    """One prep job on the driver: its kind, source, destination and write options."""
+
+    kind: str
+    """``images``, ``dicom``, ``text``, ``parquet``: the job is ``prep <kind>``."""
+    src: str
+    root: str
+    write: WriteOptions
+    progress: Progress | None = None
+    t0: float = field(default_factory=time.monotonic)
+    counters: dict[str, Any] = field(default_factory=dict)
+    """``rows`` and ``quarantined`` accumulators, made by :meth:`watching`."""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def job(self) -> str:
+        """``prep <kind>``: how errors and provenance name the job."""
+        return f"prep {self.kind}"
+
+    @contextmanager
+    def watching(self, spark: Any, phase: str = "listing") -> Iterator[Watcher]:
+        """The job's counters and its progress :class:`Watcher`; its phase timings are kept
+        for :meth:`result`."""
+        sc = spark.sparkContext
+        self.counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
+        with Watcher(spark, self.progress, self.counters, phase=phase) as watch:
+            yield watch
+        self.timings = watch.timings
+
+    def check_outcome(self, inputs: int, rows: int, q_rows: list[dict[str, Any]]) -> None:
+        """Refuse a job that made no records (nothing is committed); warn when most inputs
+        were quarantined."""
+        check_outcome(self.job, self.src, self.root, inputs, rows, q_rows)
+
+    def write_args(self, split_col: str | None = "split") -> dict[str, Any]:
+        """What every writer is given: layout, overwrite, codec, provenance; ``split_col``
+        only when the job splits."""
+        w = self.write
+        return {
+            "world_size": w.world_size,
+            "num_shards": w.num_shards,
+            "split_col": split_col if w.fractions else None,
+            "overwrite": w.overwrite,
+            "compression": w.compression,
+            "provenance": {"source": self.src, "job": self.job},
+        }
+
+    def result(
+        self,
+        manifest: Any,
+        *,
+        inputs: int,
+        files_in_rows: int,
+        q_rows: list[dict[str, Any]],
+        quarantined_items: int | None = None,
+        label_map: dict[str, str] | None = None,
+    ) -> PrepResult:
+        """The job's :class:`PrepResult` from its committed manifest."""
+        return PrepResult(
+            dataset=self.root,
+            kind=self.kind,
+            inputs=inputs,
+            rows=manifest.total_records,
+            files_in_rows=files_in_rows,
+            quarantined=len(q_rows),
+            quarantined_items=len(q_rows) if quarantined_items is None else quarantined_items,
+            by_reason=by_reason(q_rows),
+            splits=split_counts(manifest),
+            shards=len(manifest.shards),
+            bytes=sum(s.bytes for s in manifest.shards),
+            seconds=round(time.monotonic() - self.t0, 3),
+            quarantine_path=quarantine_path(self.root, manifest),
+            label_map=label_map or {},
+            timings=self.timings,
+        )
+
+
+def run_prep(
+    kind: str,
+    src: str,
+    dst: Any,
+    write: WriteOptions,
+    body: Callable[[PrepRun, Any], PrepResult],
+    *,
+    spark: Any = None,
+    master: str | None = None,
+    spec: Any = None,
+    team: str | None = None,
+    progress: Progress | None = None,
+    t0: float | None = None,
+) -> PrepResult:
+    """Run ``body(run, session)`` as prep job ``kind`` writing ``dst`` (see the module's
+    docstring); ``write.overwrite`` decides whether an existing dataset may be replaced."""
+    root = check_destination(dst, write.overwrite)
+    run = PrepRun(kind, src, root, write, progress, t0 if t0 is not None else time.monotonic())
+    job = prepare_job(
+        JobKind.DATA,
+        spec=spec,
+        master=master,
+        team=team,
+        app_name=f"gpuspark-prep-{kind}",
+        writes=[root],
+    )
+    announce(progress)  # starting a session (and a cluster) takes seconds: say so
+    with job.discard_on_error(), job_session(spark=spark, **job.session_args()) as session:
+        return body(run, session)
