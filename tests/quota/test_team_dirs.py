@@ -297,7 +297,7 @@ def test_prep_makes_the_group_dir_before_the_job_and_removes_it_on_failure(
 
 def test_train_refuses_a_checkpoint_dir_in_another_teams_root(store: Path) -> None:
     from gpuspark.train.recipes.config import RecipeConfig
-    from gpuspark.train.recipes.runner import run
+    from gpuspark.train.recipes.driver import run
 
     spec = make_spec(str(store))
     for cfg in (

@@ -207,7 +207,7 @@ def _both(cfg: RecipeConfig) -> dict[str, Any]:
     import torch.distributed as dist
 
     from gpuspark.train.ddp import init_distributed
-    from gpuspark.train.recipes.runner import train
+    from gpuspark.train.recipes.rank import train
 
     init_distributed()
     torch.manual_seed(cfg.seed)

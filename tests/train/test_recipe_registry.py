@@ -198,7 +198,7 @@ def test_runner_trains_a_newly_registered_recipe(
 
 def test_paths_are_made_absolute_on_the_driver(tmp_path: Path, monkeypatch: Any) -> None:
     """`train --data data/img-shards` failed on Spark: ranks start in a worker's directory."""
-    from gpuspark.train.recipes.runner import resolve_paths
+    from gpuspark.train.recipes.driver import resolve_paths
 
     monkeypatch.chdir(tmp_path)
     cfg = resolve_paths(RecipeConfig(data="data/ds", checkpoint_dir="ckpt", out="~/x"))
@@ -210,7 +210,7 @@ def test_paths_are_made_absolute_on_the_driver(tmp_path: Path, monkeypatch: Any)
 
 def test_unsplit_dataset_names_the_options(tmp_path: Path) -> None:
     """A dataset without splits: the error names --train-split all / --val-split none."""
-    from gpuspark.train.recipes.runner import preflight
+    from gpuspark.train.recipes.driver import preflight
 
     ds = tmp_path / "ds"
     with ShardWriter(ds) as w:

@@ -34,8 +34,9 @@ from gpuspark.launch import restart_count
 from gpuspark.monitor.exporter import serve
 from gpuspark.monitor.rank_settings import ENV_RUN_ID
 from gpuspark.train import checkpoint as ckpt
-from gpuspark.train import ddp, fsdp, sharded
+from gpuspark.train import ddp, fsdp
 from gpuspark.train import metrics as mx
+from gpuspark.train.checkpointer import checkpointer_for
 
 __all__ = ["FitConfig", "fit", "to_device"]
 
@@ -179,7 +180,7 @@ def fit(
     if cfg.resume and cfg.checkpoint_dir and ckpt.latest(cfg.checkpoint_dir) is not None:
         if model.gpuspark_info.meter.compression == "powersgd":
             _prime_buckets(model, optimizer, loss_fn, loader, transform)
-        store: Any = sharded if fsdp.is_sharded(model) else ckpt
+        store = checkpointer_for(model)
         res = store.load(
             cfg.checkpoint_dir,
             model=model,
@@ -447,7 +448,7 @@ class _State:
     def checkpoint(self, epoch: int, step_in_epoch: int) -> None:
         if not self.cfg.checkpoint_dir:
             return
-        store: Any = sharded if fsdp.is_sharded(self.model) else ckpt
+        store = checkpointer_for(self.model)
         store.save(
             self.cfg.checkpoint_dir,
             model=self.model,

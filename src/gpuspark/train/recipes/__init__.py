@@ -22,7 +22,9 @@ returns rank 0's summary.
 ``config``          :class:`RecipeConfig`
 ``registry``        :class:`Recipe`, register / get, the dataset check
 ``common``          augmentation and scores the recipes share
-``runner``          :func:`train` (per rank), :func:`run` (driver)
+``driver``          :func:`run` and :func:`preflight`: the driver side
+``rank``            :func:`train`: what each rank runs
+``run_dirs``        the checkpoint and output folders of a run
 ``resnet3d``        the ``resnet3d`` recipe
 ``resnet2d``        the ``resnet2d`` recipe
 ``tabular``         the ``tabular`` recipe
@@ -50,6 +52,8 @@ from gpuspark.train.recipes.bert import (
 )
 from gpuspark.train.recipes.common import accuracy, augment, pr_auc, roc_auc
 from gpuspark.train.recipes.config import BERT_SIZE_NAMES, RESNET_DEPTHS, RecipeConfig
+from gpuspark.train.recipes.driver import check_recipe, preflight, run
+from gpuspark.train.recipes.rank import build_model, train
 from gpuspark.train.recipes.registry import (
     Decoder,
     Recipe,
@@ -62,7 +66,6 @@ from gpuspark.train.recipes.registry import (
 )
 from gpuspark.train.recipes.resnet2d import RESNET2D, decode_image
 from gpuspark.train.recipes.resnet3d import RESNET3D, VolumeDecode, decode_volume
-from gpuspark.train.recipes.runner import build_model, check_recipe, preflight, run, train
 from gpuspark.train.recipes.summary import TrainSummary
 from gpuspark.train.recipes.tabular import (
     TABULAR,

@@ -1,4 +1,5 @@
-"""The shared recipe runner: :func:`train` on each rank, :func:`run` on the driver.
+"""The rank side of a recipe: :func:`train` runs on each launched process (the dataset share,
+the network, DDP or FSDP, the loop, validation, the best model and the test split).
 
 Nothing here depends on which recipe runs: the :class:`~.registry.Recipe` value supplies
 the decoder, the network, the class count and the metrics.
@@ -6,7 +7,6 @@ the decoder, the network, the class count and the metrics.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -16,13 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from gpuspark import launch, storage
-from gpuspark.cluster.session import JobKind
-from gpuspark.cluster.submit import prepare_job
+from gpuspark import storage
 from gpuspark.data import format as fmt
 from gpuspark.data.load import ShardDataset, World
 from gpuspark.data.table import TableInfo, is_table
-from gpuspark.errors import RecipeError
 from gpuspark.launch import restart_count
 from gpuspark.train import ddp, fsdp
 from gpuspark.train.loop import FitConfig, fit
@@ -35,75 +32,15 @@ from gpuspark.train.recipes.registry import (
     get_recipe,
     model_config,
 )
-from gpuspark.train.recipes.run_dirs import check_run_dirs, clear_earlier_run, earlier_best
+from gpuspark.train.recipes.run_dirs import earlier_best
 from gpuspark.train.recipes.summary import TrainSummary
 
-__all__ = ["build_model", "check_recipe", "preflight", "run", "train"]
-
-
-def check_recipe(name: str) -> str:
-    """Return ``name`` if it is a registered recipe, else raise with the choices."""
-    return get_recipe(name).name
+__all__ = ["build_model", "train"]
 
 
 def build_model(name: str, cfg: RecipeConfig, num_classes: int) -> Any:
     """The network of recipe ``name``."""
     return get_recipe(name).build_model(cfg, num_classes)
-
-
-def preflight(name: str, cfg: RecipeConfig, *, num_processes: int | None = None) -> Recipe:
-    """Check recipe ``name`` against ``cfg.data`` before any rank starts; return the recipe.
-
-    Reads the dataset's manifest: every sample key the recipe needs must be in every record,
-    the options must suit the data (e.g. a re-window needs uint8 volumes) and the class count
-    must be known. The checkpoint directory must be usable and, with ``cfg.resume``, its
-    newest checkpoint readable and written for the same model (and by ``num_processes``
-    ranks, when given). Raises :class:`~gpuspark.errors.RecipeError`, ``CheckpointError``
-    (or ``NotADatasetError``).
-    """
-
-    recipe = get_recipe(name)
-    manifest = fmt.load_manifest(cfg.data)
-    check_dataset(recipe, manifest, fmt.dataset_root(cfg.data))
-    _check_splits(cfg, manifest.splits)
-    recipe.decoder(cfg, manifest)
-    classes = recipe.num_classes(cfg, manifest)
-    check_run_dirs(cfg, model_config(recipe, cfg, classes), num_processes)
-    return recipe
-
-
-def _check_splits(cfg: RecipeConfig, splits: dict[str, Any]) -> None:
-    options = (
-        ("train_split", cfg.train_split, "--train-split all (train on every record)"),
-        ("val_split", cfg.val_split, "--val-split none (no validation)"),
-        ("test_split", cfg.test_split, "no test split"),
-    )
-    for field_name, split, fallback in options:
-        if split is None or split in splits:
-            continue
-        have = f"its splits: {', '.join(sorted(splits))}" if splits else "it has no splits"
-        choices = [*sorted(splits), fallback] if splits else [fallback]
-        raise RecipeError(
-            f"dataset {cfg.data} has no split '{split}' ({field_name}; {have})",
-            remedy="use " + " or ".join(choices),
-        )
-
-
-def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
-    """``cfg`` with local paths made absolute on the driver: ranks start in other working
-    directories (a Spark worker's), where a relative path names nothing. URLs stay as they are."""
-
-    def absolute(path: str | None) -> str | None:
-        if path is None or storage.is_url(path):
-            return path
-        return os.path.abspath(os.path.expanduser(path))
-
-    return dataclasses.replace(
-        cfg,
-        data=absolute(cfg.data) or cfg.data,
-        checkpoint_dir=absolute(cfg.checkpoint_dir),
-        out=absolute(cfg.out),
-    )
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -392,72 +329,3 @@ def _prepare(net: Any, cfg: RecipeConfig) -> Any:
         powersgd_start_iter=cfg.powersgd_start_iter,
         amp=cfg.amp,
     )
-
-
-# -- launching -------------------------------------------------------------------------------
-
-
-def run(
-    name: str,
-    cfg: RecipeConfig,
-    *,
-    num_processes: int = 2,
-    gpus_per_process: float = 1,
-    spark: Any = None,
-    master: str | None = None,
-    spec: Any = None,
-    local: bool = False,
-    timeout: float | None = None,
-    env: dict[str, str] | None = None,
-    team: str | None = None,
-    metrics_port: int | None = None,
-    metrics_host: str | None = None,
-    max_restarts: int = 0,
-    max_attempts: int = 1,
-) -> TrainSummary:
-    """Launch :func:`train` on ``num_processes`` ranks and return rank 0's summary.
-
-    The dataset is checked against the recipe first (:func:`preflight`), on this process.
-    Ranks run in a Spark barrier stage on ``spark``, else on ``master`` or the spec's master
-    (the embedded cluster by default, started for the job when none runs; see
-    :func:`gpuspark.cluster.session.job_session`); with ``local=True`` they are plain
-    processes of this machine.
-
-    Every rank serves Prometheus metrics on ``metrics_port + local rank`` (default: the
-    spec's ``[monitoring]``; 0: off), labelled with ``team`` (one of the spec's ``[[teams]]``).
-
-    ``max_restarts``: the elastic agent restarts the ranks after a rank fails, this many
-    times; ``max_attempts``: the whole barrier stage is retried (e.g. after a lost host). A
-    restart or retry resumes from the newest checkpoint of ``cfg.checkpoint_dir`` (without
-    one it starts over).
-    """
-
-    # before the dataset, the cluster and any rank: the spec (read once), the team (default:
-    # the user's) and its cap, what the run writes
-    job = prepare_job(
-        JobKind.TRAINING,
-        spec=spec,
-        master=master,
-        team=team,
-        app_name=f"gpuspark-train-{name}",
-        gpus=None if local else num_processes * gpus_per_process,
-        writes=(cfg.checkpoint_dir, cfg.out),
-    )
-    cfg = resolve_paths(cfg)
-    recipe = preflight(name, cfg, num_processes=num_processes)
-    clear_earlier_run(cfg)
-    kwargs: dict[str, Any] = {
-        "num_processes": num_processes,
-        "gpus_per_process": gpus_per_process,
-        "timeout": timeout,
-        "env": env,
-        "metrics_port": metrics_port,
-        "metrics_host": metrics_host,
-        "max_restarts": max_restarts,
-        "max_attempts": max_attempts,
-        "job": job,
-    }
-    if local:
-        return launch.run(train, recipe.name, cfg, local=True, **kwargs)
-    with job.session(spark) as sp:
-        return launch.run(train, recipe.name, cfg, spark=sp, **kwargs)
