@@ -493,3 +493,29 @@ def test_team_conf_yunikorn() -> None:
     key = "spark.kubernetes.driver.annotation.yunikorn.apache.org/app-id"
     assert conf[key] == "{{APP_ID}}"
     assert not any("kueue" in k for k in conf)
+
+
+def test_a_user_in_two_teams_must_name_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --team, a member of two teams was put in the first one silently; now the job is
+    refused naming both teams and --team, in a dry run as in the run."""
+    from gpuspark.cli.main import main
+
+    data = make_spec().model_dump()
+    data["teams"][1]["members"].append("bob")  # bob: vision and nlp
+    spec = ClusterSpec.model_validate(data)
+    monkeypatch.setattr("getpass.getuser", lambda: "bob")
+    with pytest.raises(LaunchError, match=r"member of several teams \(vision, nlp\)"):
+        team.resolve_team(spec)
+    assert team.resolve_team(spec, "nlp").name == "nlp"  # naming one is enough
+    from gpuspark.spec import example_spec
+
+    text = example_spec().replace('members = ["carol", "dan"]', 'members = ["carol", "dan", "bob"]')
+    path = tmp_path / "c.toml"
+    path.write_text(text.replace('master = "spark://dgx01:7077"', 'master = "local-cluster"'))
+    script = tmp_path / "t.py"
+    script.write_text("pass\n")
+    assert main(["launch", "-n", "2", str(script), "--dry-run", "--spec", str(path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pass --team (one of radiology, vision)" in err

@@ -151,3 +151,23 @@ def test_a_resumed_run_keeps_its_best_model(tmp_path: Path) -> None:
     payload = {"recipe": "resnet3d", "epoch": 6, "score": 0.134, "scores": {"val_acc": 0.134}}
     torch.save({**payload, "model": {}}, tmp_path / "best.pt")
     assert earlier_best(cfg) == {"score": 0.134, "epoch": 6, "val_acc": 0.134}
+
+
+@pytest.mark.parametrize("state", ["missing", "empty"])
+def test_resume_with_nothing_to_resume_is_refused(
+    state: str, ct_data: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in ``--checkpoint-dir`` with ``--resume`` used to train from scratch in silence."""
+    from gpuspark.cli.main import main
+
+    ckdir = tmp_path / "ckpt-typo"
+    if state == "empty":
+        ckdir.mkdir()
+    assert main(_train_args(ct_data, ckdir, 1, "--resume")) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    where = "does not exist" if state == "missing" else "holds no checkpoint"
+    assert f"--resume: {ckdir} {where}, so there is nothing to continue" in lines[0]
+    assert "leave out --resume" in lines[0]
+    assert (state == "empty") == ckdir.exists()  # nothing was created

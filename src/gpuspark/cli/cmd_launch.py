@@ -51,7 +51,12 @@ def launch(
         str | None, typer.Option("--metrics-host", help="Address /metrics binds to.")
     ] = None,
     team: Annotated[
-        str | None, typer.Option("--team", help="Team label of the metrics (a team of the spec).")
+        str | None,
+        typer.Option(
+            "--team",
+            help="Team to submit under (one of the spec's teams): its max_gpus is enforced and "
+            "it labels the metrics [default: your team per members].",
+        ),
     ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,

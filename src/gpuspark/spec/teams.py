@@ -60,11 +60,11 @@ def current_user() -> str:
 def resolve_team(
     spec: ClusterSpec, team: str | None = None, *, user: str | None = None
 ) -> Team | None:
-    """The team a job runs under: ``team`` (checked), else the first team listing ``user``
+    """The team a job runs under: ``team`` (checked), else the team listing ``user``
     (default: the current user) in its ``members``, else ``None``.
 
-    Refuses (one line) an unknown team, and a user who is not in the named team's non-empty
-    ``members``.
+    Refuses (one line) an unknown team, a user who is not in the named team's non-empty
+    ``members``, and, without ``team``, a user listed by several teams (naming them).
     """
     who = user or current_user()
     if team:
@@ -76,10 +76,14 @@ def resolve_team(
                 remedy=f"submit under your own team, or ask to be added to {found.name!r}",
             )
         return found
-    for candidate in spec.teams:
-        if who in candidate.members:
-            return candidate
-    return None
+    mine = [t for t in spec.teams if who in t.members]
+    if len(mine) > 1:
+        names = ", ".join(t.name for t in mine)
+        raise LaunchError(
+            f"user {who!r} is a member of several teams ({names}); which one is this job's?",
+            remedy=f"pass --team (one of {names})",
+        )
+    return mine[0] if mine else None
 
 
 def check_team_gpus(spec: ClusterSpec, team: str | None, gpus: float) -> None:

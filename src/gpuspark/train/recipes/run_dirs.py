@@ -23,7 +23,19 @@ def check_run_dirs(cfg: RecipeConfig, shape: dict[str, Any], num_processes: int 
         if not cfg.resume:
             ckpt.check_new_run(directory, overwrite=cfg.overwrite, what=what)
     if cfg.resume and cfg.checkpoint_dir:
-        ckpt.check_config(cfg.checkpoint_dir, shape, world_size=num_processes)
+        found = ckpt.check_config(cfg.checkpoint_dir, shape, world_size=num_processes)
+        if found is None:
+            _nothing_to_resume(cfg.checkpoint_dir)
+
+
+def _nothing_to_resume(directory: str) -> None:
+    """``--resume`` into a folder without a checkpoint (a typo, most often): one line, not a
+    silent run from scratch."""
+    where = "does not exist" if not Path(directory).exists() else "holds no checkpoint"
+    raise ckpt.CheckpointError(
+        f"--resume: {directory} {where}, so there is nothing to continue",
+        remedy="check the --checkpoint-dir path, or leave out --resume to start a new run",
+    )
 
 
 def _run_dirs(cfg: RecipeConfig) -> list[tuple[str, str]]:
