@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from gpuspark.data.prep.common import (
@@ -28,7 +29,7 @@ from gpuspark.data.prep.common import (
     read_label_table,
     record_batches,
 )
-from gpuspark.data.prep.job import PrepRun, run_prep
+from gpuspark.data.prep.job import PrepRun, Where, run_prep
 from gpuspark.data.prep.progress import Progress
 from gpuspark.data.prep.shards import deal_shards
 from gpuspark.data.sources import (
@@ -117,21 +118,9 @@ def prep_dicom(
     write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
     table = read_label_table(labels)
 
-    def body(run: PrepRun, sp: Any) -> PrepResult:
-        return _run_dicom(sp, run, options, table)
-
+    where = Where(spark, master, spec, team, progress, t0)
     return run_prep(
-        "dicom",
-        src_s,
-        dst,
-        write,
-        body,
-        spark=spark,
-        master=master,
-        spec=spec,
-        team=team,
-        progress=progress,
-        t0=t0,
+        "dicom", src_s, dst, write, partial(_run_dicom, options=options, table=table), where
     )
 
 
@@ -286,7 +275,7 @@ def _dicom_sample(row: dict[str, Any]) -> dict[str, Any]:
     return sample
 
 
-def _run_dicom(spark: Any, run: PrepRun, options: Any, table: Any) -> PrepResult:
+def _run_dicom(run: PrepRun, spark: Any, options: Any, table: Any) -> PrepResult:
     """Two jobs: (1) list and read headers in tasks, count files per series; (2) one task
     per planned shard assembles its series and writes them (``write_partitions``)."""
     from pyspark import StorageLevel

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from gpuspark.data.prep.common import (
@@ -26,7 +27,7 @@ from gpuspark.data.prep.common import (
     split_counts,
     task_count,
 )
-from gpuspark.data.prep.job import PrepRun, run_prep
+from gpuspark.data.prep.job import PrepRun, Where, run_prep
 from gpuspark.data.prep.progress import Progress
 from gpuspark.data.sources import (
     SPLIT_NAMES,
@@ -87,22 +88,8 @@ def prep_images(
         raise PrepError(str(exc)) from exc
     write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
 
-    def body(run: PrepRun, sp: Any) -> PrepResult:
-        return _run_images(sp, run, options)
-
-    return run_prep(
-        "images",
-        src_s,
-        dst,
-        write,
-        body,
-        spark=spark,
-        master=master,
-        spec=spec,
-        team=team,
-        progress=progress,
-        t0=t0,
-    )
+    where = Where(spark, master, spec, team, progress, t0)
+    return run_prep("images", src_s, dst, write, partial(_run_images, options=options), where)
 
 
 def _list_nonempty(spark: Any, src: str) -> tuple[Any, int]:
@@ -220,7 +207,7 @@ def _images_extra(
     }
 
 
-def _run_images(spark: Any, run: PrepRun, options: Any) -> PrepResult:
+def _run_images(run: PrepRun, spark: Any, options: Any) -> PrepResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 

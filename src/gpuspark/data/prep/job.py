@@ -34,7 +34,7 @@ from gpuspark.data.prep.common import (
 )
 from gpuspark.data.prep.progress import Progress, Watcher, announce
 
-__all__ = ["PrepRun", "run_prep"]
+__all__ = ["PrepRun", "Where", "run_prep"]
 
 
 @dataclass
@@ -115,32 +115,40 @@ class PrepRun:
         )
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where a prep job runs and who it runs for: the arguments every prep entry point takes
+    besides its source, destination and options."""
+
+    spark: Any = None
+    master: str | None = None
+    spec: Any = None
+    team: str | None = None
+    progress: Progress | None = None
+    t0: float = field(default_factory=time.monotonic)
+    """When the entry point was called (its checks count in the job's seconds)."""
+
+
 def run_prep(
     kind: str,
     src: str,
     dst: Any,
     write: WriteOptions,
     body: Callable[[PrepRun, Any], PrepResult],
-    *,
-    spark: Any = None,
-    master: str | None = None,
-    spec: Any = None,
-    team: str | None = None,
-    progress: Progress | None = None,
-    t0: float | None = None,
+    where: Where,
 ) -> PrepResult:
     """Run ``body(run, session)`` as prep job ``kind`` writing ``dst`` (see the module's
     docstring); ``write.overwrite`` decides whether an existing dataset may be replaced."""
     root = check_destination(dst, write.overwrite)
-    run = PrepRun(kind, src, root, write, progress, t0 if t0 is not None else time.monotonic())
+    run = PrepRun(kind, src, root, write, where.progress, where.t0)
     job = prepare_job(
         JobKind.DATA,
-        spec=spec,
-        master=master,
-        team=team,
+        spec=where.spec,
+        master=where.master,
+        team=where.team,
         app_name=f"gpuspark-prep-{kind}",
         writes=[root],
     )
-    announce(progress)  # starting a session (and a cluster) takes seconds: say so
-    with job.discard_on_error(), job_session(spark=spark, **job.session_args()) as session:
+    announce(where.progress)  # starting a session (and a cluster) takes seconds: say so
+    with job.discard_on_error(), job_session(spark=where.spark, **job.session_args()) as session:
         return body(run, session)

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from gpuspark.data.prep.common import (
     check_world,
     quarantine_table,
 )
-from gpuspark.data.prep.job import PrepRun, run_prep
+from gpuspark.data.prep.job import PrepRun, Where, run_prep
 from gpuspark.data.prep.parquet_stats import (
     REASON_COL,
     ROW_COL,
@@ -97,22 +98,8 @@ def prep_parquet(
     check_world(world_size, num_shards)
     write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
 
-    def body(run: PrepRun, sp: Any) -> PrepResult:
-        return _run(sp, run, opts)
-
-    return run_prep(
-        "parquet",
-        src_s,
-        dst,
-        write,
-        body,
-        spark=spark,
-        master=master,
-        spec=spec,
-        team=team,
-        progress=progress,
-        t0=t0,
-    )
+    where = Where(spark, master, spec, team, progress, t0)
+    return run_prep("parquet", src_s, dst, write, partial(_run, opts=opts), where)
 
 
 def _check_options(
@@ -256,7 +243,7 @@ def _extra(
     }
 
 
-def _run(spark: Any, run: PrepRun, opts: _Options) -> PrepResult:
+def _run(run: PrepRun, spark: Any, opts: _Options) -> PrepResult:
     from pyspark.sql import functions as F
 
     src, write = run.src, run.write

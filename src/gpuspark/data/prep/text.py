@@ -25,6 +25,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from gpuspark.data.prep.common import (
     quarantine_table,
     record_batches,
 )
-from gpuspark.data.prep.job import PrepRun, run_prep
+from gpuspark.data.prep.job import PrepRun, Where, run_prep
 from gpuspark.data.prep.progress import Progress
 from gpuspark.data.prep.text_tokens import (
     TOKENIZER_FILE,
@@ -108,22 +109,8 @@ def prep_text(
     check_world(world_size, num_shards)
     write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
 
-    def body(run: PrepRun, sp: Any) -> PrepResult:
-        return _run(sp, run, opts)
-
-    return run_prep(
-        "text",
-        src_s,
-        dst,
-        write,
-        body,
-        spark=spark,
-        master=master,
-        spec=spec,
-        team=team,
-        progress=progress,
-        t0=t0,
-    )
+    where = Where(spark, master, spec, team, progress, t0)
+    return run_prep("text", src_s, dst, write, partial(_run, opts=opts), where)
 
 
 def load_dataset_tokenizer(dataset: str | os.PathLike[str]) -> Any:
@@ -404,7 +391,7 @@ def _tokenizer(docs: Any, n_docs: int, opts: _Options, counts: dict[str, int]) -
     return train_wordpiece(lines, opts.vocab_size)
 
 
-def _run(spark: Any, run: PrepRun, opts: _Options) -> PrepResult:
+def _run(run: PrepRun, spark: Any, opts: _Options) -> PrepResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
