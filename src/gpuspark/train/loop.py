@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspark.launch import restart_count
-from gpuspark.monitor.exporter import serve
 from gpuspark.monitor.rank_settings import ENV_RUN_ID
 from gpuspark.train import checkpoint as ckpt
 from gpuspark.train import ddp, fsdp
 from gpuspark.train import metrics as mx
 from gpuspark.train.checkpointer import checkpointer_for
+from gpuspark.train.metrics import StepHook
+from gpuspark.train.prometheus import prometheus_hooks
 
 __all__ = ["FitConfig", "fit", "to_device"]
 
@@ -80,6 +81,9 @@ class FitConfig:
     """``team`` label of the metrics (``None``: ``GPUSPARK_TEAM``, else none)."""
     run_id: str | None = None
     """``run_id`` label (``None``: the launcher's ``GPUSPARK_RUN_ID``, else one per process)."""
+    hooks: list[StepHook] | None = None
+    """What sees every optimizer step (:class:`~gpuspark.train.metrics.StepHook`); ``None``:
+    this rank's Prometheus exporter (``metrics_port``/``metrics_host``), ``[]``: nothing."""
 
 
 def to_device(batch: Any, device: Any) -> tuple[Any, Any]:
@@ -196,7 +200,7 @@ def fit(
             run_id = res.run_id  # a resumed run keeps its id: its own pruning goes on
             _log_resume(cfg, res)
     state = _State(model, optimizer, loss_fn, cfg, dataset, scheduler, scaler, meter, device)
-    state.rm = _serve_metrics(cfg, model)
+    state.hooks = _hooks(cfg, model)
     state.loader_stats = getattr(loader, "stats", None)
     state.global_step = global_step
     state.history = history
@@ -239,24 +243,13 @@ def _log_resume(cfg: FitConfig, res: Any) -> None:
     )
 
 
-def _serve_metrics(cfg: FitConfig, model: Any) -> Any:
-    """Start (or reuse) this rank's exporter; a failure is logged, training goes on."""
-
-    try:
-        rm = serve(cfg.metrics_port, cfg.metrics_host, run_id=cfg.run_id, team=cfg.team)
-    except Exception as exc:  # metrics must never stop training
-        log.warning("training metrics are off: %s", exc)
-        return None
-    if rm is None:
-        return None
+def _hooks(cfg: FitConfig, model: Any) -> list[StepHook]:
+    """``cfg.hooks``, else this rank's Prometheus exporter as the one hook."""
+    if cfg.hooks is not None:
+        return list(cfg.hooks)
     rank, world = _rank()
-    info = model.gpuspark_info
-    recipe = str((cfg.model_config or {}).get("recipe", ""))
-    rm.describe(world_size=world, recipe=recipe, backend=_backend(), device=str(info.device.type))
-    if rank == 0 and not rm.announced and cfg.log is not None:
-        rm.announced = True
-        cfg.log(f"metrics: {rm.url}" + (" (rank r: port + local rank)" if world > 1 else ""))
-    return rm
+    device = str(model.gpuspark_info.device.type)
+    return list(prometheus_hooks(cfg, rank=rank, world=world, backend=_backend(), device=device))
 
 
 def _backend() -> str:
@@ -309,7 +302,7 @@ class _State:
         self.on_step: Callable[[int], None] | None = None
         self.transform: Callable[[Any, Any], tuple[Any, Any]] | None = None
         self.t_epoch = 0.0
-        self.rm: Any = None
+        self.hooks: list[StepHook] = []
         """This rank's :class:`~gpuspark.monitor.exporter.RankMetrics`, or ``None``."""
         self.loader_stats: Callable[[], dict[str, Any]] | None = None
         self._mark: tuple[float, int, float, float, float, float] = (0.0, 0, 0.0, 0.0, 0.0, 0.0)
@@ -348,11 +341,11 @@ class _State:
             self._micro_step(batch, last, acc)
             if last:
                 self._optimizer_step(acc)
-                if self.rm is not None:
+                if self.hooks:
                     self._feed(acc, epoch)
                 self._after_step(epoch)
         acc.seconds = self.sync() - self.t_epoch
-        if self.rm is not None:
+        if self.hooks:
             self._sample()
         return acc
 
@@ -423,26 +416,27 @@ class _State:
             "optimizer": acc.opt - opt,
         }
         c = self._comm
-        self.rm.step(
-            acc.samples - samples,
-            now - t,
-            phases,
-            c.bytes_sent if c is not None else 0,
-            c.bytes_raw if c is not None else 0,
-            self._loss,
-            float(self.optimizer.param_groups[0]["lr"]),
-            epoch,
+        figures = mx.StepFigures(
+            samples=acc.samples - samples,
+            seconds=now - t,
+            phases=phases,
+            bytes_sent=c.bytes_sent if c is not None else 0,
+            bytes_raw=c.bytes_raw if c is not None else 0,
+            loss=self._loss,
+            lr=float(self.optimizer.param_groups[0]["lr"]),
+            epoch=epoch,
         )
+        mx.call_hooks(self.hooks, "step", figures)
         if acc.steps % _SAMPLE_EVERY == 0:
             self._sample()
 
     def _sample(self) -> None:
         """The slower figures: loader totals and CUDA memory."""
+        stats = None
         if self.loader_stats is not None:
             with contextlib.suppress(Exception):
-                self.rm.loader(self.loader_stats())
-        if self.sync.cuda:
-            self.rm.cuda_memory(self.device)
+                stats = self.loader_stats()
+        mx.call_hooks(self.hooks, "sample", stats, self.device, self.sync.cuda)
 
     # -- bookkeeping ------------------------------------------------------------------------
     def checkpoint(self, epoch: int, step_in_epoch: int) -> None:

@@ -1,18 +1,29 @@
-"""Per-epoch training metrics and the hook exporters attach to.
+"""Training metrics and the hooks that see them.
 
-The training loop builds one plain ``dict`` per epoch (see :func:`epoch_metrics`) and hands it
-to :func:`emit`, which calls every registered exporter. An exporter is any callable taking that
-dict; a failing exporter is logged (``gpuspark.train.metrics`` logger) and never stops training.
+- **Per epoch**: the loop builds one plain ``dict`` per epoch (see :func:`epoch_metrics`) and
+  hands it to :func:`emit`, which calls every registered exporter (any callable taking that
+  dict) on rank 0.
+- **Per step**: every rank hands each optimizer step's :class:`StepFigures` to the
+  :class:`StepHook` objects of its ``FitConfig.hooks`` (by default the rank's Prometheus
+  exporter, :mod:`gpuspark.train.prometheus`), and every few steps the slower figures
+  (loader totals, CUDA memory) through :meth:`StepHook.sample`.
+
+A failing exporter or hook is logged (``gpuspark.train.metrics`` logger) and never stops
+training.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 __all__ = [
     "Exporter",
+    "StepFigures",
+    "StepHook",
+    "call_hooks",
     "clear_exporters",
     "emit",
     "epoch_metrics",
@@ -24,6 +35,41 @@ log = logging.getLogger(__name__)
 
 Exporter = Callable[[dict[str, Any]], None]
 _EXPORTERS: list[Exporter] = []
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """One optimizer step of one rank: what it did since the step before."""
+
+    samples: int
+    seconds: float
+    phases: Mapping[str, float]
+    """Seconds in ``data_wait``, ``compute``, ``comm`` (exposed) and ``optimizer``."""
+    bytes_sent: int
+    bytes_raw: int
+    loss: float
+    lr: float
+    epoch: int
+
+
+class StepHook(Protocol):
+    """Sees every optimizer step of this rank (``FitConfig.hooks``)."""
+
+    def step(self, figures: StepFigures) -> None:
+        """One optimizer step's figures."""
+
+    def sample(self, loader: Mapping[str, float] | None, device: Any, cuda: bool) -> None:
+        """The slower figures, every few steps: the loader's totals (``None``: the loader
+        has none) and whether CUDA memory is worth reading on ``device``."""
+
+
+def call_hooks(hooks: Sequence[StepHook], method: str, *args: Any) -> None:
+    """``hook.method(*args)`` for each hook; errors are logged, not raised."""
+    for hook in hooks:
+        try:
+            getattr(hook, method)(*args)
+        except Exception as exc:  # a hook must never kill training
+            log.warning("training hook %r failed in %s: %s", hook, method, exc)
 
 
 def register_exporter(fn: Exporter) -> Exporter:
