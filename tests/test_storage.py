@@ -170,3 +170,27 @@ def test_directory_problem_names_what_blocks_the_path(tmp_path) -> None:
     assert directory_problem(f).text == "is a file, not a directory"
     assert directory_problem(f / "sub").text == f"cannot be created: {f} is a file, not a directory"
     assert directory_problem("s3://bucket/x") is None  # left to the writer
+
+
+def test_atomic_write_temp_name_matches_no_pattern_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a file is written, its temporary name must not match the patterns readers list
+    by: Prometheus's file_sd ``*.json`` matched the old ``.tmp-<id>.run.json`` (Go's glob
+    does not skip dot files) and read half-written targets ("unexpected end of JSON input")."""
+    import fnmatch
+
+    seen: list[str] = []
+    write_new = storage._write_new
+
+    def spy(path: str, data: bytes) -> None:
+        seen.append(os.path.basename(path))
+        write_new(path, data)
+
+    monkeypatch.setattr(storage, "_write_new", spy)
+    storage.atomic_write_text(tmp_path / "run-1.json", "{}")
+    storage.atomic_write_text(tmp_path / "part-0.tfrecord", "x")
+    assert len(seen) == 2
+    assert not fnmatch.fnmatchcase(seen[0], "*.json") and seen[0].startswith(".tmp-")
+    assert not fnmatch.fnmatchcase(seen[1], "*.tfrecord")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part-0.tfrecord", "run-1.json"]

@@ -193,9 +193,12 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
         fs.pipe_file(inner, data)
         return
     final = local_path(text)
+    # The random part goes last: a reader that lists the folder by pattern (Prometheus reads
+    # file_sd ``*.json``, and Go's glob matches dot files) must never pick up a half-written
+    # temporary file. The prefix marks it as a leftover for the data writers.
     tmp = os.path.join(
         os.path.dirname(os.path.abspath(final)),
-        f"{_TMP_PREFIX}{uuid.uuid4().hex[:12]}.{os.path.basename(final)}",
+        f"{_TMP_PREFIX}{os.path.basename(final)}.{uuid.uuid4().hex[:12]}",
     )
     try:
         _write_new(tmp, data)
