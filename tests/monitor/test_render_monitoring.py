@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuspark.cli.main import main
 from gpuspark.monitor import names
@@ -319,3 +321,44 @@ def test_rendering_is_deterministic_across_processes(tmp_path: Path) -> None:
         )
         outs.add(proc.stdout)
     assert len(outs) == 1
+
+
+@pytest.mark.parametrize("field", ["gpu_memory_pct", "data_wait_pct"])
+def test_a_threshold_no_share_can_exceed_is_refused(
+    field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``> 100`` on a share can never fire: the spec refuses 100 with one line."""
+    text = re.sub(rf"(?m)^{field} = .*$", f"{field} = 100", EXAMPLE_FILE.read_text())
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"monitoring.{field}=100" in err, err
+    assert "less than 100" in err
+
+
+@needs_tools
+@settings(max_examples=6, deadline=None)
+@given(
+    memory=st.floats(0.01, 99.99),
+    data_wait=st.floats(0.01, 99.99),
+    util_low=st.floats(0.01, 100),
+    nvme=st.floats(0.01, 100),
+)
+def test_rendered_rule_tests_pass_over_the_allowed_range(
+    memory: float, data_wait: float, util_low: float, nvme: float
+) -> None:
+    """Every valid spec renders rules whose promtool tests pass, the edges included."""
+    import tempfile
+
+    spec = _with_monitoring(
+        default_spec(),
+        gpu_memory_pct=round(memory, 2),
+        data_wait_pct=round(data_wait, 2),
+        gpu_util_low_pct=round(util_low, 2),
+        nvme_free_pct=round(nvme, 2),
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "mon"
+        write_monitoring(render_monitoring(spec, targets_dir=Path(tmp) / "targets"), out)
+        _check_all(out)

@@ -63,6 +63,9 @@ Name = Annotated[str, Field(pattern=_NAME, max_length=64)]
 PositiveInt = Annotated[int, Field(gt=0)]
 Positive = Annotated[float, Field(gt=0)]
 Percent = Annotated[float, Field(gt=0, le=100)]
+BelowFull = Annotated[float, Field(gt=0, lt=100)]
+"""A threshold on a share that alerts when the share is above it: at 100 the alert could never
+fire (a share never exceeds 100), so it must be below."""
 
 
 class NodeGroup(_Model):
@@ -231,7 +234,7 @@ class Team(_Model):
 class Monitoring(_Model):
     """Alert thresholds for the rendered Prometheus rules and ``gpuspark doctor``."""
 
-    gpu_memory_pct: Percent = 95.0
+    gpu_memory_pct: BelowFull = 95.0
     """Alert when a GPU's framebuffer is fuller than this."""
     gpu_temp_c: Annotated[float, Field(gt=0, le=120)] = 85.0
     """Alert when a GPU runs hotter than this."""
@@ -239,7 +242,7 @@ class Monitoring(_Model):
     """A GPU below this utilisation counts as idle."""
     idle_allocated_minutes: Positive = 30.0
     """Alert when an allocated GPU stays idle this long."""
-    data_wait_pct: Percent = 25.0
+    data_wait_pct: BelowFull = 25.0
     """Alert when a training step spends more than this share waiting for data."""
     nvme_free_pct: Percent = 10.0
     """Alert when local NVMe scratch has less free space than this."""
