@@ -30,7 +30,13 @@ from gpuspark.cluster.announce import announce_master, withdraw_master
 from gpuspark.cluster.conf import metrics_properties, write_rendered
 from gpuspark.cluster.security import ensure_secret, read_secret
 from gpuspark.cluster.session import session
-from gpuspark.cluster.shape import EmbeddedShape, check_hosts, embedded_shape, worker_address
+from gpuspark.cluster.shape import (
+    EmbeddedShape,
+    check_hosts,
+    embedded_shape,
+    parse_memory_mb,
+    worker_address,
+)
 from gpuspark.cluster.state import ClusterState, ClusterStatus, WorkerState, WorkerStatus
 from gpuspark.errors import ClusterError, GpusparkError
 from gpuspark.spec import default_spec, resolve_spec
@@ -107,6 +113,8 @@ class LocalCluster:
         for name, value, least in (("workers", workers, 1), ("cores", cores, 1), ("gpus", gpus, 0)):
             if value is not None and value < least:
                 raise ClusterError(f"{name}={value} must be at least {least}")
+        if memory is not None:
+            parse_memory_mb(memory)  # a bad size is refused before anything is written
         self.hosts = check_hosts(hosts, host)
         """Distinct loopback addresses for the workers (``None``: all on ``host``)."""
         self.spec = spec

@@ -94,10 +94,20 @@ def fraction(value: float) -> str:
 def parse_memory_mb(text: str) -> int:
     """A JVM memory string (``512m``, ``4g``, ``1t``; no suffix means bytes) in MiB."""
     units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024, "p": 1024**3}
-    value = text.strip().lower()
-    if value and value[-1] in units:
-        return max(1, int(float(value[:-1]) * units[value[-1]]))
-    return max(1, int(value) // (1024 * 1024))
+    value = str(text).strip().lower()
+    try:
+        if value and value[-1] in units:
+            mb = float(value[:-1]) * units[value[-1]]
+        else:
+            mb = int(value) / (1024 * 1024)
+    except ValueError:
+        mb = -1.0
+    if mb <= 0:
+        raise ClusterError(
+            f"memory {text!r} is not a JVM memory size",
+            remedy="use a size like 512m, 4g or 1t",
+        )
+    return max(1, int(mb))
 
 
 def _memory(mb: int) -> str:

@@ -197,6 +197,11 @@ def up(
     Targets are scraped every ``scrape_interval_s`` seconds.
     """
 
+    for name, value in (("port", port), ("node_exporter_port", node_exporter_port)):
+        if not 0 <= value <= 65535:
+            raise MonitorError(
+                f"{name} {value} is not a TCP port", remedy="use a port from 1 to 65535"
+            )
     base = directory or monitor_dir()
     found = running(base)
     if found is not None:
