@@ -50,9 +50,6 @@ class EnvVar:
         """Its value, or ``default`` when unset or empty."""
         return os.environ.get(self.name) or default
 
-    def __str__(self) -> str:
-        return self.name
-
 
 SPEC = EnvVar(
     "GPUSPARK_SPEC",

@@ -91,7 +91,7 @@ def backend_for(master: str) -> Backend:
 
 def renderers() -> tuple[str, ...]:
     """Every ``gpuspark render`` name of queue files, over all backends."""
-    return tuple(r for b in reversed(_BACKENDS) for r in b.renderers)
+    return tuple(r for b in _BACKENDS for r in b.renderers)
 
 
 def backend_for_renderer(name: str) -> Backend:

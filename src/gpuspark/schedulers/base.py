@@ -10,7 +10,7 @@ scheme or a scheduler name.
 
 from __future__ import annotations
 
-import os
+import urllib.error
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -122,8 +122,6 @@ def queue_usage(
 
 def http_json(url: str, *, token: str | None = None, timeout: float = 5.0, ctx: Any = None) -> Any:
     """GET ``url`` and decode its JSON; a one-line :class:`ClusterError` when unreachable."""
-    import urllib.error
-
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
         return http_get_json(url, timeout=timeout, headers=headers, context=ctx)
@@ -243,8 +241,3 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
-
-
-def env_url(name: str) -> str | None:
-    """An address from the environment variable ``name`` (``None`` when unset or empty)."""
-    return os.environ.get(name) or None

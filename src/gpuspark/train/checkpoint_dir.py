@@ -12,6 +12,7 @@ run's files and nothing else.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -78,11 +79,22 @@ def _mtime(p: Path) -> float:
 
 def run_of(path: Path) -> str | None:
     """The ``run_id`` recorded in checkpoint ``path`` (``None``: none, or unreadable). The
-    tensors are memory-mapped, not read."""
+    tensors are memory-mapped, not read; a committed checkpoint never changes, so each one is
+    read once per process (every save prunes, and pruning asks every checkpoint)."""
+    src = path / "meta.pt" if path.is_dir() else path
+    try:
+        info = src.stat()
+    except OSError:
+        return None
+    return _recorded_run(str(src), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _recorded_run(src: str, _mtime_ns: int, _size: int) -> str | None:
+    """The run id in the checkpoint file ``src`` as it was at that mtime and size."""
     import torch
 
     try:
-        src = path / "meta.pt" if path.is_dir() else path
         payload = torch.load(src, map_location="cpu", weights_only=False, mmap=True)
     except Exception:  # a damaged checkpoint: torch and pickle raise several types
         return None

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspark._util import envvars
 from gpuspark.launch import restart_count
-from gpuspark.monitor.rank_settings import ENV_RUN_ID
 from gpuspark.train import checkpoint as ckpt
 from gpuspark.train import ddp, fsdp
 from gpuspark.train import metrics as mx
@@ -226,9 +226,7 @@ def fit(
 def _new_run_id(cfg: FitConfig) -> str:
     """The id a new run records in its checkpoints: ``cfg.run_id``, the launcher's
     ``GPUSPARK_RUN_ID``, else a new one (two fits of one process are two runs)."""
-    import uuid
-
-    return cfg.run_id or os.environ.get(ENV_RUN_ID) or uuid.uuid4().hex[:12]
+    return cfg.run_id or envvars.RUN_ID.get() or uuid.uuid4().hex[:12]
 
 
 def _log_resume(cfg: FitConfig, res: Any) -> None:

@@ -5,7 +5,6 @@ the spec; usage and ``quota why`` come from Kueue's objects through the API serv
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +25,8 @@ from gpuspark.schedulers.shares import yaml_documents
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
 
-__all__ = ["QUOTA_DIR_ENV", "KubernetesBackend", "kueue_usage"]
+__all__ = ["KubernetesBackend", "kueue_usage"]
 
-QUOTA_DIR_ENV = envvars.QUOTA_DIR.name
-"""Where a job's Volcano PodGroup templates are written (default ``~/.gpuspark/quota``)."""
 _SCHEME = "k8s://"
 _IMAGE = "spark.kubernetes.container.image"
 _SCHEDULER = "spark.kubernetes.scheduler.name"
@@ -44,7 +41,7 @@ def kueue_usage(spec: ClusterSpec, queues: list[KueueQueue]) -> list[TeamUsage]:
 def _volcano_conf(spec: ClusterSpec, team: str) -> dict[str, str]:
     """Volcano's scheduler, its feature step, and the team's PodGroup template (written under
     ``$GPUSPARK_QUOTA_DIR``, as ``render volcano`` writes it)."""
-    root = os.environ.get(QUOTA_DIR_ENV) or str(Path.home() / ".gpuspark" / "quota")
+    root = envvars.QUOTA_DIR.get() or str(Path.home() / ".gpuspark" / "quota")
     path = Path(root) / "volcano" / volcano.podgroup_file(team)
     text = yaml_documents(
         [f"PodGroup template for team '{team}' (Spark's Volcano feature step)."],

@@ -20,10 +20,8 @@ from gpuspark.schedulers.yarn.render import render_yarn, yarn_notes
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
 
-__all__ = ["RM_ENV", "YarnBackend", "yarn_usage"]
+__all__ = ["YarnBackend", "yarn_usage"]
 
-RM_ENV = envvars.YARN_RM.name
-"""The ResourceManager's web address when ``--url`` does not give it."""
 _MASTER = "yarn"
 
 
@@ -71,11 +69,11 @@ class YarnBackend(Backend):
         url: str | None = None,
         embedded: Embedded | None = None,
     ) -> Target:
-        rm = url or os.environ.get(RM_ENV)
+        rm = url or envvars.YARN_RM.get()
         if not rm:
             raise ClusterError(
                 "master=yarn: no ResourceManager address",
-                remedy=f"pass --url http://rm:8088 or set {RM_ENV}",
+                remedy=f"pass --url http://rm:8088 or set {envvars.YARN_RM.name}",
             )
         return Target(self.name, rm.rstrip("/"))
 
