@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import stat
+import struct
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +169,105 @@ def test_secure_cluster_refuses_a_client_without_the_secret(tmp_path: Path, cli:
         info = cluster.master_json() or {}
         apps = info.get("completedapps", []) + info.get("activeapps", [])
         assert len(apps) == 1  # the refused client never registered an application
+
+        # A gpuspark job that does not hold the secret (its state dir is another): one line
+        # in seconds, not a minute of retries and ~100 lines of Java and Python.
+        from gpuspark.schedulers import backend_for
+
+        assert backend_for(cluster.master_url).requires_authentication(cluster.master_url)
+        job = _job_without_secret(tmp_path, cli, cluster.master_url)
+        _assert_one_line_about_the_secret(job, cluster.master_url, tmp_path / "other")
     finally:
         cli("cluster", "down", cwd=tmp_path, state=state)
+
+
+def _job_without_secret(tmp_path: Path, cli: Any, master: str) -> subprocess.CompletedProcess:
+    """``gpuspark prep parquet ... --master MASTER`` with a state dir of its own."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1.0, 2.0], "y": [0, 1]}), tmp_path / "t.parquet")
+    args = ["prep", "parquet", str(tmp_path / "t.parquet"), str(tmp_path / "out"), "--label", "y"]
+    return cli(*args, "--master", master, cwd=tmp_path, state=tmp_path / "other", timeout=60)
+
+
+def _assert_one_line_about_the_secret(
+    job: subprocess.CompletedProcess, master: str, state: Path
+) -> None:
+    assert job.returncode == 1, job.stdout + job.stderr
+    err = job.stderr
+    assert f"error: the Spark master at {master} requires authentication" in err
+    assert "this job holds no shared secret" in err
+    assert f"this job looked in {state}" in err and "[security] secret_file" in err
+    assert "All masters are unresponsive" not in err and "SparkContext" not in err
+    assert "Traceback" not in err and " ERROR " not in err
+    assert [line for line in err.splitlines() if line.strip()] == [err.strip()]
+    assert not (state / "driver-logs").exists()  # refused before the driver JVM started
+
+
+# A stand-in for a secure master's RPC server: it answers any request as Spark's does when
+# the client holds no secret (`SaslMessage.decode` in `SaslRpcHandler`, via `AuthRpcHandler`).
+_SASL_REFUSAL = (
+    "java.lang.IllegalStateException: Expected SaslMessage, received something else "
+    "(maybe your client does not have SASL enabled?)\n\tat org.apache.spark.network.sasl."
+)
+
+
+def _rpc_failure(request: bytes, text: str) -> bytes:
+    data = text.encode()
+    body = struct.pack(">b", 5) + request[9:17] + struct.pack(">i", len(data)) + data
+    return struct.pack(">q", 8 + len(body)) + body
+
+
+@contextlib.contextmanager
+def _fake_master(answer: str) -> Iterator[int]:
+    """A loopback server answering every framed request with an ``RpcFailure`` of ``answer``."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(30)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    request = conn.recv(65536)
+                    conn.sendall(_rpc_failure(request, answer))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+def test_the_master_is_asked_whether_it_demands_the_secret() -> None:
+    from gpuspark.schedulers.standalone.rpc import master_requires_auth, probe_request
+
+    frame = probe_request("127.0.0.1", 7077)
+    assert int.from_bytes(frame[:8], "big") == len(frame) and frame[8] == 3  # an RpcRequest
+    with _fake_master(_SASL_REFUSAL) as port:
+        assert master_requires_auth("127.0.0.1", port) is True
+    with _fake_master("org.apache.spark.SparkException: Could not find gpuspark-x.") as port:
+        assert master_requires_auth("127.0.0.1", port) is False
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    assert master_requires_auth("127.0.0.1", port) is None  # nobody listens: cannot tell
+
+
+def test_a_job_without_the_secret_is_refused_in_one_line(tmp_path: Path, cli: Any) -> None:
+    """As a user types it, against a stand-in master (the real one: the slow test above)."""
+    with _fake_master(_SASL_REFUSAL) as port:
+        job = _job_without_secret(tmp_path, cli, f"spark://127.0.0.1:{port}")
+    _assert_one_line_about_the_secret(job, f"spark://127.0.0.1:{port}", tmp_path / "other")
+
+
+@pytest.mark.spark
+def test_an_open_master_is_not_taken_for_a_secure_one(local_cluster: Any) -> None:
+    from gpuspark.schedulers import backend_for
+
+    master = local_cluster.master_url
+    assert backend_for(master).requires_authentication(master) is False
 
 
 # --------------------------------------------------------------------------- listeners

@@ -70,18 +70,17 @@ def up(
     json_out: JsonOpt = False,
 ) -> None:
     """Start a master and workers shaped by the spec; wait until all workers are registered."""
+    # A running cluster: the same request starts nothing (exit 0), another one is refused with
+    # both shapes (cluster/request.py). A shape this machine cannot hold is refused before
+    # anything starts (cluster/machine.py).
     import time
 
     from gpuspark.cluster.local import LocalCluster
+    from gpuspark.cluster.request import check_request
     from gpuspark.spec import load_spec
 
     _check_state_dir(state_dir)
     spec_obj = load_spec(spec) if spec is not None else None
-    running = LocalCluster.running(state_dir)
-    if running is not None:
-        _already_running(running.status().as_dict(), json_out)
-        return
-    t0 = time.monotonic()
     cluster = LocalCluster(
         workers,
         cores,
@@ -93,6 +92,13 @@ def up(
         secure=secure,
         hosts=hosts,
     )
+    running = LocalCluster.running(state_dir)
+    if running is not None:
+        spec_path = str(spec) if spec is not None else None
+        check_request(cluster, running, spec_path=spec_path, state_dir=_given_dir(state_dir))
+        _already_running(running.status().as_dict(), json_out)
+        return
+    t0 = time.monotonic()
     cluster.start()
     status = cluster.status().as_dict()
     status["startup_seconds"] = round(time.monotonic() - t0, 2)
@@ -103,6 +109,14 @@ def _check_state_dir(state_dir: Path | None) -> None:
     """``--state-dir`` (or ``$GPUSPARK_STATE_DIR``) must be a directory or creatable."""
     if state_dir is not None:
         check_dir_option(state_dir, "--state-dir")
+
+
+def _given_dir(state_dir: Path | None) -> str | None:
+    """``--state-dir`` as typed, for a command to repeat (``None``: the default, or the
+    environment's, which the next command sees too)."""
+    if state_dir is None or str(state_dir) == envvars.STATE_DIR.get():
+        return None
+    return str(state_dir)
 
 
 def _already_running(info: dict[str, Any], json_out: bool) -> None:

@@ -28,16 +28,19 @@ from gpuspark._util.net import free_port, http_get_json
 from gpuspark._util.procs import pid_alive, spawn_group, terminate_groups
 from gpuspark.cluster.announce import announce_master, withdraw_master
 from gpuspark.cluster.conf import metrics_properties, write_rendered
+from gpuspark.cluster.machine import check_machine
 from gpuspark.cluster.security import ensure_secret, read_secret
 from gpuspark.cluster.session import session
 from gpuspark.cluster.shape import (
     EmbeddedShape,
     check_hosts,
+    check_hosts_workers,
     embedded_shape,
     parse_memory_mb,
     worker_address,
 )
 from gpuspark.cluster.state import ClusterState, ClusterStatus, WorkerState, WorkerStatus
+from gpuspark.cluster.workers import assign_gpus, daemon_security, remove_dirs, worker_properties
 from gpuspark.errors import ClusterError, GpusparkError
 from gpuspark.spec import default_spec, resolve_spec
 
@@ -132,14 +135,24 @@ class LocalCluster:
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.state: ClusterState | None = None
         self._owns = False
+        self._made_dirs: list[Path] = []
+        """Worker folders the current start made (removed again if it fails)."""
 
     def plan_shape(self, real_gpus: list[str] | None = None) -> EmbeddedShape:
         """Workers and executors this cluster starts with, derived from its spec (no side
-        effects besides ``nvidia-smi -L`` when ``real_gpus`` is not given)."""
+        effects besides ``nvidia-smi -L`` when ``real_gpus`` is not given). With ``hosts``
+        and no ``workers``, at least one worker per host; fewer workers than hosts are
+        refused."""
 
         spec = resolve_spec(self.spec)
         real = detect_gpus() if real_gpus is None else real_gpus
-        return embedded_shape(spec, real_gpus=len(real), **self.overrides)
+        shape = embedded_shape(spec, real_gpus=len(real), **self.overrides)
+        if self.hosts and self.overrides["workers"] is None and shape.workers < self.hosts:
+            # --hosts N without --workers: one worker per host at least
+            overrides = {**self.overrides, "workers": self.hosts}
+            shape = embedded_shape(spec, real_gpus=len(real), **overrides)
+        check_hosts_workers(self.hosts, shape.workers)
+        return shape
 
     @property
     def shape(self) -> EmbeddedShape | None:
@@ -185,7 +198,10 @@ class LocalCluster:
         """Start master and workers and wait until every worker is registered.
 
         Raises :class:`ClusterError` if a cluster recorded in the same state directory is
-        still running (use :meth:`running` to reuse it).
+        still running (use :meth:`running` to reuse it), and, before anything starts, when
+        this machine cannot hold the shape (:func:`~gpuspark.cluster.machine.check_machine`).
+        A start that fails half way stops what it started and removes the worker folders it
+        made (the logs stay).
         """
         existing = LocalCluster.running(self.state_dir)
         if existing is not None:
@@ -194,13 +210,15 @@ class LocalCluster:
                 f"(state in {self.state_dir})",
                 remedy="reuse it, or stop it with `gpuspark cluster down`",
             )
+        real = detect_gpus()
+        shape = self.plan_shape(real)
+        check_machine(shape)
+        gpu_sets, simulated = assign_gpus(shape, real)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
         self._write_metrics_conf()
         secret = self._write_security_conf()
-        real = detect_gpus()
-        shape = self.plan_shape(real)
-        gpu_sets, simulated = _assign_gpus(shape, real)
+        self._made_dirs = []
         try:
             self.state = self._start_master(simulated)
             self.state.shape = shape.as_dict()
@@ -213,7 +231,10 @@ class LocalCluster:
                 self._write_state()
             self._wait_registered()
         except BaseException:
-            self.stop()
+            try:
+                self.stop()
+            finally:
+                remove_dirs(self._made_dirs)
             raise
         self._owns = True
 
@@ -256,7 +277,7 @@ class LocalCluster:
             return None
         secret, _created = ensure_secret(self._secret_path())
         write_rendered(
-            {"spark-defaults.conf": _daemon_security(secret)},
+            {"spark-defaults.conf": daemon_security(secret)},
             conf_dir,
             private=frozenset({"spark-defaults.conf"}),
         )
@@ -304,11 +325,13 @@ class LocalCluster:
         host = self.worker_host(index)
         port, webui = free_port(host), free_port(host)
         work = self.state_dir / f"worker-{index}"
-        work.mkdir(exist_ok=True)
+        if not work.exists():
+            work.mkdir()
+            self._made_dirs.append(work)
 
-        text = _worker_properties(work, addresses)
+        text = worker_properties(work, addresses)
         if self.state.secure:
-            text += _daemon_security(read_secret(self.state.secret_file))
+            text += daemon_security(read_secret(self.state.secret_file))
         write_rendered({"worker.conf": text}, work, private=frozenset({"worker.conf"}))
         props = work / "worker.conf"
         log = self.state_dir / "logs" / f"worker-{index}.log"
@@ -454,39 +477,6 @@ class LocalCluster:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(asdict(self.state), indent=2))
         os.replace(tmp, path)
-
-
-def _assign_gpus(shape: EmbeddedShape, real: list[str]) -> tuple[list[list[str]], bool]:
-    """GPU addresses of each worker: real indices split evenly, else simulated ones."""
-    per = shape.gpus_per_worker
-    if real:
-        return [real[i * per : (i + 1) * per] for i in range(shape.workers)], False
-    return [[str(i * per + j) for j in range(per)] for i in range(shape.workers)], True
-
-
-def _worker_properties(work: Path, addresses: list[str]) -> str:
-    """Spark properties of one worker: its own GPU discovery script (disjoint addresses)."""
-    lines = ["spark.worker.cleanup.enabled=true"]
-    if addresses:
-        script = work / "gpus.sh"
-        payload = json.dumps({"name": "gpu", "addresses": addresses})
-        script.write_text(f"#!/usr/bin/env bash\necho '{payload}'\n")
-        script.chmod(0o755)
-        lines += [
-            f"spark.worker.resource.gpu.amount={len(addresses)}",
-            f"spark.worker.resource.gpu.discoveryScript={script}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _daemon_security(secret: str) -> str:
-    """Properties master and workers need to accept only applications holding ``secret``
-    (the same authentication and RPC encryption as a secure session asks for)."""
-    return (
-        "spark.authenticate=true\n"
-        f"spark.authenticate.secret={secret}\n"
-        "spark.network.crypto.enabled=true\n"
-    )
 
 
 def _alive_workers(info: dict[str, Any]) -> int:

@@ -26,6 +26,7 @@ __all__ = [
     "REDACTED",
     "SECRET_KEY",
     "ensure_secret",
+    "missing_secret",
     "read_secret",
     "redact",
     "security_conf",
@@ -82,6 +83,23 @@ def ensure_secret(path: str | os.PathLike[str]) -> tuple[str, bool]:
         tmp.unlink(missing_ok=True)
         raise
     return secret, True
+
+
+def missing_secret(master: str, state_dir: str | os.PathLike[str]) -> ClusterError:
+    """The one-line error for a job without the secret against a master that demands it.
+
+    A gpuspark session holds the secret when it finds the embedded cluster of ``master`` in
+    its state directory (``<state dir>/spark-secret``, written by ``cluster up --secure``) or
+    when the spec's ``[security]`` is enabled (its ``secret_file``)."""
+    return ClusterError(
+        f"the Spark master at {master} requires authentication (spark.authenticate: a secure "
+        "cluster) and this job holds no shared secret; gpuspark reads it from spark-secret "
+        f"in the embedded cluster's state dir (GPUSPARK_STATE_DIR; this job looked in "
+        f"{state_dir}, which holds no cluster of that master) or from the spec's [security] "
+        "secret_file when enabled = true",
+        remedy="run the job with GPUSPARK_STATE_DIR set to the cluster's state dir, or set "
+        "[security] enabled = true and secret_file = a copy of the cluster's secret (mode 600)",
+    )
 
 
 def security_conf(spec: ClusterSpec, secret: str | None = None) -> dict[str, str]:

@@ -25,6 +25,7 @@ import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark._util import envvars
@@ -32,9 +33,10 @@ from gpuspark.cluster.announce import announce_app, withdraw_app
 from gpuspark.cluster.conf import driver_metrics_conf, spark_conf
 from gpuspark.cluster.driver_log import driver_java_options, write_log_config
 from gpuspark.cluster.fit import check_fits
-from gpuspark.cluster.security import read_secret, redact, security_conf
+from gpuspark.cluster.security import missing_secret, read_secret, redact, security_conf
 from gpuspark.errors import ClusterError, GpusparkError
 from gpuspark.schedulers import EMBEDDED_MASTERS, Backend, backend_for
+from gpuspark.schedulers.standalone import AUTH_MARKERS
 from gpuspark.spec import ClusterSpec, gpu_slots_per_executor, resolve_spec
 
 if TYPE_CHECKING:
@@ -319,6 +321,7 @@ def session(
 
     active = SparkSession.getActiveSession()
     if active is None:
+        _check_secret(plan, state_dir)  # before Spark retries for a minute, then gives up
         check_fits(plan.master, plan.conf, plan.master_ui)  # before Spark waits in silence
     else:
         _check_reuse(active, plan.master)
@@ -327,7 +330,12 @@ def session(
     builder = SparkSession.builder.master(plan.master).appName(plan.app_name)
     for key, value in plan.conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # Spark's own words are in the driver log; see _refused_secret
+        if log_file is not None and _refused_secret(log_file):
+            raise _no_secret(plan.master, state_dir) from exc
+        raise
     if fresh:
         _announce(spark, spec)
     level = envvars.SPARK_LOG_LEVEL.get()
@@ -336,6 +344,32 @@ def session(
     if log_file is not None and log_file.exists():
         log.info("Spark driver log: %s", log_file)
     return spark
+
+
+def _check_secret(plan: SessionPlan, state_dir: Any) -> None:
+    """Refuse a session without Spark's shared secret on a master that demands it (asked of
+    the master itself, see :meth:`gpuspark.schedulers.Backend.requires_authentication`)."""
+    if plan.conf.get("spark.authenticate") == "true":
+        return
+    if backend_for(plan.master).requires_authentication(plan.master):
+        raise _no_secret(plan.master, state_dir)
+
+
+def _refused_secret(log_file: Path) -> bool:
+    """Whether the driver log says a master refused this driver for want of the secret (when
+    the master could not be asked first: Spark then retries for a minute and gives up with
+    "All masters are unresponsive")."""
+    try:
+        text = log_file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(marker in text for marker in AUTH_MARKERS)
+
+
+def _no_secret(master: str, state_dir: Any) -> ClusterError:
+    from gpuspark.cluster.local import default_state_dir
+
+    return missing_secret(master, state_dir or default_state_dir())
 
 
 def _check_reuse(active: SparkSession, master: str) -> None:

@@ -19,6 +19,7 @@ from gpuspark.spec import ClusterSpec, gpu_slots_per_executor
 __all__ = [
     "EmbeddedShape",
     "check_hosts",
+    "check_hosts_workers",
     "embedded_shape",
     "fraction",
     "parse_memory_mb",
@@ -261,6 +262,18 @@ def check_hosts(hosts: int | None, host: str) -> int | None:
             remedy="leave host at 127.0.0.1 with hosts, or drop hosts",
         )
     return hosts
+
+
+def check_hosts_workers(hosts: int | None, workers: int) -> None:
+    """``hosts`` distinct hosts need a worker each: fewer workers would give fewer hosts."""
+    if hosts is None or workers >= hosts:
+        return
+    raise ClusterError(
+        f"hosts={hosts} needs a worker on each host, but workers={workers} would give only "
+        f"{workers} host(s)",
+        remedy=f"ask for --workers {hosts} (or more) with --hosts {hosts}, "
+        f"or for --hosts {workers}",
+    )
 
 
 def worker_address(index: int, hosts: int | None, host: str) -> str:

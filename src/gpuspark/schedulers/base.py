@@ -189,6 +189,11 @@ class Backend(ABC):
         """Refuse, before Spark starts, a process environment the master cannot work in."""
         return None
 
+    def requires_authentication(self, master: str) -> bool | None:
+        """Whether ``master`` refuses applications without Spark's shared secret
+        (``spark.authenticate``); ``None``: this backend cannot tell."""
+        return None
+
     # -- teams -------------------------------------------------------------------------------
     def team_conf(
         self, spec: ClusterSpec, team: str, *, shape: tuple[int, int] | None = None

@@ -24,12 +24,14 @@ from gpuspark.schedulers.standalone.api import (
     team_app_name,
 )
 from gpuspark.schedulers.standalone.caps import TeamCaps, team_caps
+from gpuspark.schedulers.standalone.rpc import AUTH_MARKERS, master_requires_auth
 from gpuspark.schedulers.standalone.why import why_standalone
 
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
 
 __all__ = [
+    "AUTH_MARKERS",
     "EMBEDDED_MASTERS",
     "MASTER_UI_PORT",
     "StandaloneBackend",
@@ -120,6 +122,11 @@ class StandaloneBackend(Backend):
             return None
         host, _, port = master[len(_SCHEME) :].split(",")[0].partition(":")
         return host, int(port) if port.isdigit() else 7077
+
+    def requires_authentication(self, master: str) -> bool | None:
+        """Asked of the (first) master itself in one RPC round trip (see :mod:`.rpc`)."""
+        address = self.master_address(master)
+        return master_requires_auth(*address) if address is not None else None
 
     def master_ui_hosts(self, master: str) -> list[str]:
         if not master.startswith(_SCHEME):

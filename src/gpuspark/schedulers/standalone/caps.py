@@ -55,14 +55,17 @@ def team_caps(
     running cluster's shape; default: the spec's ``[spark]``).
 
     Raises :class:`~gpuspark.errors.SpecError` when not even one executor of the spec's shape
-    fits, :class:`~gpuspark.errors.LaunchError` when one of the given shape does not.
+    fits, :class:`~gpuspark.errors.LaunchError` naming the running cluster when one of the
+    given shape does not.
     """
     found = find_team(spec, team)
     per_executor = int(executor_gpus or spec.spark.executor_gpus)
     cores = int(executor_cores or spec.spark.executor_cores)
     executors = found.max_gpus // per_executor if per_executor else 0
     if executors < 1:
-        _refuse(found, per_executor, given=executor_gpus is not None)
+        if executor_gpus:
+            _refuse_running(found, per_executor, spec.spark.executor_gpus)
+        _refuse(found, per_executor)
     return TeamCaps(
         cores_max=executors * cores,
         max_executors=executors,
@@ -71,13 +74,26 @@ def team_caps(
     )
 
 
-def _refuse(found: Team, per_executor: int, *, given: bool) -> NoReturn:
-    if given:  # the running cluster's executors: a job-time refusal
-        raise LaunchError(
-            f"team {found.name!r} may hold {found.max_gpus} GPUs, less than one executor's "
-            f"{per_executor}",
-            remedy="raise the team's max_gpus or lower [spark] executor_gpus",
-        )
+def _refuse_running(found: Team, per_executor: int, spec_gpus: int) -> NoReturn:
+    """A job-time refusal: the running cluster's executors (``cluster up`` sized them, not
+    the job's spec) are larger than the team's ceiling."""
+    most = found.max_gpus
+    raise LaunchError(
+        f"team {found.name!r} may hold {_gpus(most)}, less than one executor's "
+        f"{_gpus(per_executor)} on the running cluster (its executors as `gpuspark cluster "
+        f"up` sized them; the spec's [spark] executor_gpus = {spec_gpus} does not size a "
+        "running cluster)",
+        remedy=f"restart the cluster with executors of at most {_gpus(most)} "
+        f"(`gpuspark cluster down && gpuspark cluster up --gpus {most}`), or raise the "
+        f"team's max_gpus to at least {per_executor}",
+    )
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU{'' if count == 1 else 's'}"
+
+
+def _refuse(found: Team, per_executor: int) -> NoReturn:
     raise SpecError(
         f"team '{found.name}' has max_gpus={found.max_gpus}, below one executor's"
         f" spark.executor_gpus={per_executor}",
