@@ -83,13 +83,19 @@ _SCRIPT = textwrap.dedent(
         sd = get_model_state_dict(m, options=StateDictOptions(full_state_dict=True))
         return {k: v.clone() for k, v in sd.items()}
 
+    def comm(hist):
+        h = hist[-1]
+        return [h["bytes_sent_per_step"], h["bytes_raw_per_step"], h["fractions"]["comm_exposed"]]
+
     def main(rank, out):
         res = {}
         m, hist = train(rank, "ddp", 3)
-        res["ddp"] = {"loss": [h["loss"] for h in hist], "memory": hist[-1]["memory"]}
+        res["ddp"] = {"loss": [h["loss"] for h in hist], "memory": hist[-1]["memory"],
+                      "comm": comm(hist)}
         ddp_w = {k: v.detach().clone() for k, v in m.module.state_dict().items()}
         m, hist = train(rank, "fsdp", 3)
-        res["fsdp"] = {"loss": [h["loss"] for h in hist], "memory": hist[-1]["memory"]}
+        res["fsdp"] = {"loss": [h["loss"] for h in hist], "memory": hist[-1]["memory"],
+                       "comm": comm(hist)}
         fw = full(m)
         res["fsdp"]["max_weight_diff"] = max(float((fw[k] - ddp_w[k]).abs().max()) for k in ddp_w)
         for name, kw in (("hsdp", {}), ("hsdp1", {"shard_size": 1}),
@@ -97,7 +103,7 @@ _SCRIPT = textwrap.dedent(
             strategy = "fsdp" if name.startswith("fsdp") else "hsdp"
             m, hist = train(rank, strategy, 1, **kw)
             res[name] = {"loss": [h["loss"] for h in hist], "memory": hist[-1]["memory"],
-                         "mesh": list(m.gpuspark_info.mesh.shape)}
+                         "mesh": list(m.gpuspark_info.mesh.shape), "comm": comm(hist)}
         for strategy in ("ddp", "fsdp"):  # gradient accumulation: no_sync / no reduce-scatter
             _, hist = train(rank, strategy, 2, accum=3)
             res[f"{strategy}_accum"] = [h["loss"] for h in hist] + [hist[-1]["steps"]]
@@ -196,6 +202,22 @@ def test_fsdp_and_ddp_reach_the_same_loss(runs: dict[str, Any]) -> None:
     ddp_acc, fsdp_acc = runs["ddp_accum"], runs["fsdp_accum"]
     assert ddp_acc[-1] == fsdp_acc[-1] == 2  # 6 micro-batches / 3 per step
     assert all(abs(a - b) < 1e-4 for a, b in zip(ddp_acc, fsdp_acc, strict=True)), runs
+
+
+def test_sharded_collectives_are_counted_like_ddps(runs: dict[str, Any]) -> None:
+    """Bytes per step: DDP all-reduces every gradient once; FSDP all-gathers every parameter in
+    forward, the two blocks' again in backward (resharded after forward) and reduce-scatters
+    every gradient; HSDP over 1 x 2 is FSDP (a one-rank group moves nothing), over 2 x 1 it is
+    DDP's all-reduce of the (unsharded) gradients. Each counts exposed communication time."""
+    full = runs["ddp"]["memory"]["param_bytes"]
+    blocks = 2 * 4 * 2 * (64 * 64 + 64)
+    assert runs["ddp"]["comm"][:2] == [full, full]
+    assert runs["fsdp"]["comm"][:2] == [2 * full + blocks] * 2
+    assert runs["fsdp_ckpt_act"]["comm"][:2] == runs["fsdp"]["comm"][:2]
+    assert runs["hsdp"]["comm"][:2] == runs["fsdp"]["comm"][:2]
+    assert runs["hsdp1"]["comm"][:2] == [full, full]
+    for name in ("ddp", "fsdp", "hsdp", "hsdp1"):
+        assert 0 < runs[name]["comm"][2] < 1, (name, runs[name]["comm"])
 
 
 def test_hsdp_and_activation_checkpointing_train(runs: dict[str, Any]) -> None:

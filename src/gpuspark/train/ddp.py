@@ -15,7 +15,8 @@ Every hook is wrapped by a :class:`CommMeter`: bytes of the gradient bucket hand
 are counted per step. Counting only looks at tensor sizes, so numerics are unchanged. To count
 the all-reduces a hook issues from its future callbacks (PowerSGD's P and Q all-reduces run
 there), DDP communicates on a dedicated process group and a thin wrapper around
-``torch.distributed.all_reduce`` counts calls on that group only.
+``torch.distributed.all_reduce`` counts calls on that group only
+(:mod:`gpuspark.train.collectives`, which counts FSDP's all-gathers and reduce-scatters too).
 
 Communication not hidden behind backward computation is measured from the hook futures: on
 CPU the latest completion time minus the time the last bucket was handed over (the end of
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from gpuspark._util import envvars
 from gpuspark._util.net import free_port
 from gpuspark.errors import DDPError, did_you_mean
+from gpuspark.train.collectives import meter_groups
 
 if TYPE_CHECKING:
     import torch
@@ -99,8 +101,9 @@ class CommMeter:
             ev.record()
             self._launch_event = ev
 
-    def on_allreduce(self, nbytes: int) -> None:
-        """A tensor of ``nbytes`` was handed to ``all_reduce`` on the DDP group."""
+    def on_collective(self, nbytes: int, blocked_s: float) -> None:
+        """A tensor of ``nbytes`` was handed to a collective on the DDP group (the hook's
+        all-reduces are asynchronous: ``blocked_s`` is not used)."""
         with self._lock:
             self._cur.bytes_sent += nbytes
             self._cur.allreduce_calls += 1
@@ -154,34 +157,6 @@ class CommMeter:
             "sent_over_raw": (sent / raw) if raw else 0.0,
             "exposed_comm_s": sum(s.exposed_s for s in steps),
         }
-
-
-# -- all_reduce counter ----------------------------------------------------------------------
-
-_METERS: dict[int, CommMeter] = {}
-_INSTALL_LOCK = threading.Lock()
-
-
-def _install_allreduce_counter() -> None:
-    """Wrap ``torch.distributed.all_reduce`` once so calls on metered groups are counted."""
-    import torch.distributed as dist
-
-    with _INSTALL_LOCK:
-        if getattr(dist.all_reduce, "_gpuspark_counter", False):
-            return
-        original = dist.all_reduce
-
-        def all_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            group = kwargs.get("group", args[1] if len(args) > 1 else None)
-            meter = _METERS.get(id(group)) if group is not None else None
-            if meter is not None:
-                meter.on_allreduce(tensor.numel() * tensor.element_size())
-            return original(tensor, *args, **kwargs)
-
-        all_reduce._gpuspark_counter = True  # type: ignore[attr-defined]
-        all_reduce.__wrapped__ = original  # type: ignore[attr-defined]
-        all_reduce.__doc__ = original.__doc__
-        dist.all_reduce = all_reduce
 
 
 def _metered(hook: Any, meter: CommMeter) -> Any:
@@ -402,8 +377,7 @@ def prepare(
             random_seed=0,
         )
         hook = powerSGD_hook.powerSGD_hook
-    _install_allreduce_counter()
-    _METERS[id(group)] = meter
+    meter_groups(meter, [group])
     ddp.register_comm_hook(state, _metered(hook, meter))
     ddp.gpuspark_info = _Info(meter=meter, amp=amp, device=device, hook_state=state)  # type: ignore[assignment]
     return ddp

@@ -19,6 +19,12 @@ Precision: with ``amp="bf16"`` on CUDA the parameters are gathered and computed 
 gradients are reduced in fp32; on CPU (gloo) everything stays fp32. ``reduce_dtype`` sets the
 gradient reduction dtype (the one communication option FSDP has); DDP's compression hooks
 (``fp16``, ``bf16``, ``powersgd``) do not apply and are refused.
+
+Communication is metered as DDP's is (:class:`ShardedCommMeter`): every all-gather,
+reduce-scatter and (HSDP) all-reduce FSDP2 issues on the mesh's groups is counted with the
+bytes of its full-size buffer. Exposed time: on CPU the time the collectives blocked the
+training thread (gloo runs them synchronously); on CUDA the time from the last collective's
+launch to the end of backward, as for DDP.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuspark.errors import DDPError, did_you_mean
-from gpuspark.train.ddp import AMP_DTYPES, CommMeter, init_distributed
+from gpuspark.train.ddp import AMP_DTYPES, CommMeter, init_distributed, meter_groups
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "REDUCE_DTYPES",
     "STRATEGIES",
+    "ShardedCommMeter",
     "ShardedInfo",
     "block_modules",
     "build_mesh",
@@ -59,7 +67,7 @@ class ShardedInfo:
     """What the loop and checkpoints need to know about a sharded model."""
 
     meter: CommMeter
-    """Kept for the loop's interface; FSDP communication is not metered (no hook calls)."""
+    """Counts the all-gathers, reduce-scatters and all-reduces on the mesh's groups."""
     amp: str | None
     device: Any
     hook_state: Any
@@ -67,6 +75,44 @@ class ShardedInfo:
     mesh: Any
     blocks: int
     """Number of modules sharded on their own (the root not counted)."""
+
+
+class ShardedCommMeter(CommMeter):
+    """A :class:`CommMeter` fed by FSDP2's collectives instead of a DDP hook.
+
+    FSDP has no compression, so raw and sent bytes are the same. Collectives blocked the
+    training thread (CPU): their summed time is the exposed communication. Launched on a side
+    stream (CUDA): the time from the last launch to the end of backward, measured with events
+    as for DDP.
+    """
+
+    _blocked_s: float = 0.0
+
+    def on_collective(self, nbytes: int, blocked_s: float) -> None:
+        """A collective over ``nbytes`` ran on a metered group and held the caller
+        ``blocked_s`` seconds."""
+        with self._lock:
+            self._cur.bytes_raw += nbytes
+            self._cur.bytes_sent += nbytes
+            self._cur.allreduce_calls += 1
+            self._blocked_s += blocked_s
+            self._last_launch = time.perf_counter()
+        if self.device_type == "cuda":
+            self.on_launch(0)
+
+    def begin_step(self) -> None:
+        """Start counting a new step (call before forward: the all-gathers run there)."""
+        super().begin_step()
+        with self._lock:
+            self._blocked_s = 0.0
+
+    def end_step(self) -> Any:
+        """Close the step: its bytes and its exposed communication time."""
+        blocked = self._blocked_s
+        step = super().end_step()
+        if self.device_type != "cuda":
+            step.exposed_s = blocked
+        return step
 
 
 def is_sharded(model: Any) -> bool:
@@ -228,8 +274,10 @@ def prepare_sharded(
             _checkpointed(block)
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
+    meter = ShardedCommMeter(compression="none", device_type=device.type)
+    meter_groups(meter, [mesh.get_group(dim) for dim in range(mesh.ndim)])
     info = ShardedInfo(
-        meter=CommMeter(compression="none", device_type=device.type),
+        meter=meter,
         amp=amp,
         device=device,
         hook_state=None,
