@@ -156,3 +156,84 @@ def _cluster_pids(path: Path) -> list[int]:
             return [data["master_pid"], *(w["pid"] for w in data["workers"])]
         time.sleep(0.2)
     return []
+
+
+@pytest.mark.parametrize("written", [False, True])
+def test_train_interrupt_says_which_checkpoints_exist(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    written: bool,
+) -> None:
+    """Ctrl-C before the first checkpoint says none was written; after, names the newest."""
+    from gpuspark.train import recipes
+
+    ck = tmp_path / "ck"
+
+    def interrupted(*_a: Any, **_kw: Any) -> Any:
+        if written:
+            ck.mkdir(exist_ok=True)
+            (ck / "step-000000004.pt").write_bytes(b"")
+            (ck / "step-000000008.pt").write_bytes(b"")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recipes, "run", interrupted)
+    argv = ["train", "tabular", "--data", str(tmp_path), "--checkpoint-dir", str(ck)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    if written:
+        assert f"checkpoints in {ck} are kept (--resume continues from step-000000008.pt)" in err
+    else:
+        assert f"no checkpoint was written to {ck} yet" in err and "kept" not in err
+    assert main(["train", "tabular", "--data", str(tmp_path)]) == 130
+    assert "no checkpoints were written (no --checkpoint-dir)" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_sigint_during_train_on_spark_is_one_line(tmp_path: Path) -> None:
+    """Ctrl-C while the ranks train on Spark: the ``interrupted:`` line naming the newest
+    checkpoint, no Python or Java stack trace, no "Exception ignored", the cluster gone."""
+    import numpy as np
+
+    from gpuspark.data.write import ShardWriter
+
+    rng = np.random.default_rng(0)
+    with ShardWriter(tmp_path / "ct") as w:
+        for i in range(16):
+            vol = rng.integers(0, 255, (8, 8, 8), dtype=np.uint8)
+            w.write({"volume": vol, "label": i % 2}, split="train" if i % 4 else "val")
+    state, ck = tmp_path / "state", tmp_path / "ck"
+    env = {
+        **os.environ,
+        "PYTHONPATH": SRC,
+        "GPUSPARK_STATE_DIR": str(state),
+        "GPUSPARK_LOG_DIR": str(tmp_path / "logs"),
+        "HOME": str(tmp_path / "home"),
+        "COLUMNS": "200",
+    }
+    env.pop("GPUSPARK_DEBUG", None)
+    cmd = [sys.executable, "-m", "gpuspark.cli.main", "train", "resnet3d", "--data"]
+    args = [str(tmp_path / "ct"), "-n", "2", "--epochs", "500", "--batch-size", "4"]
+    proc = subprocess.Popen(
+        [*cmd, *args, "--depth", "10", "--checkpoint-dir", str(ck), "--metrics-port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    out = _Output(proc)
+    try:
+        assert out.wait_for("[rank 0] epoch 1:", 240), out.text
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.close()
+    assert rc == 130, text
+    assert f"interrupted: train stopped; checkpoints in {ck} are kept" in text, text
+    for noise in ("Traceback", "Exception ignored", "\tat ", "py4j", "ERROR"):
+        assert noise not in text, (noise, text)
+    assert not (state / "cluster.json").exists(), text

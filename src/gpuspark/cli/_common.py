@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +29,21 @@ MasterOpt = Annotated[
         help="Spark master URL (spark://, yarn, k8s://, local[*]); default: the embedded cluster.",
     ),
 ]
+
+
+_INTERRUPT_NOTE: list[Callable[[], str] | None] = [None]
+
+
+def on_interrupt(note: Callable[[], str] | None) -> None:
+    """Say what a Ctrl-C leaves behind, as it stands when it comes: ``note()`` is called then,
+    and its text ends the running command's ``interrupted:`` line (``None``: the default)."""
+    _INTERRUPT_NOTE[0] = note
+
+
+def interrupt_note() -> str | None:
+    """The running command's note of :func:`on_interrupt` (``None``: it set none)."""
+    note = _INTERRUPT_NOTE[0]
+    return note() if note is not None else None
 
 
 def parse_numbers(

@@ -12,6 +12,7 @@ from gpuspark.cli._common import (
     MasterOpt,
     SpecOpt,
     echo,
+    on_interrupt,
     parse_numbers,
     print_json,
     print_table,
@@ -122,7 +123,11 @@ def train(
         str | None, typer.Option(help="Address /metrics binds to (default 127.0.0.1).")
     ] = None,
     team: Annotated[
-        str | None, typer.Option(help="Team label of the metrics (a team of the spec).")
+        str | None,
+        typer.Option(
+            help="Team to train under (one of the spec's teams): its max_gpus is enforced and "
+            "it labels the metrics [default: your team per members]."
+        ),
     ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,
@@ -132,6 +137,7 @@ def train(
     epochs."""
     from gpuspark.train import recipes
 
+    on_interrupt(lambda: _kept_on_interrupt(checkpoint_dir))
     given = {"epochs": epochs, "batch_size": batch_size, "lr": lr}
     cfg = recipes.RecipeConfig(
         data=str(data),
@@ -176,6 +182,18 @@ def train(
         print_json(summary.as_dict())
         return
     _print_summary(summary)
+
+
+def _kept_on_interrupt(directory: Path | None) -> str:
+    """What a Ctrl-C leaves: the checkpoints there are now, or that there are none."""
+    if directory is None:
+        return "no checkpoints were written (no --checkpoint-dir)"
+    from gpuspark.train.checkpoint_dir import latest
+
+    newest = latest(directory) if directory.is_dir() else None
+    if newest is None:
+        return f"no checkpoint was written to {directory} yet (a new run starts over)"
+    return f"checkpoints in {directory} are kept (--resume continues from {newest.name})"
 
 
 def _with_recipe_defaults(recipe: str, given: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -66,11 +67,19 @@ def _logging(verbose: bool) -> None:
     handler._gpuspark_cli = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
-    logging.getLogger().addFilter(_quiet_py4j_interrupt)
+    # A logger's filters see only the records logged on it, not those its children pass up:
+    # the filter sits on every logger py4j logs on (the root one too: logging.exception()).
+    for name in _PY4J_LOGGERS:
+        py4j_logger = logging.getLogger(name)
+        if _quiet_py4j_interrupt not in py4j_logger.filters:
+            py4j_logger.addFilter(_quiet_py4j_interrupt)
     if verbose:  # show Spark's own warnings live too (default: errors only, the rest in a file)
         from gpuspark.cluster.driver_log import CONSOLE_LEVEL_ENV
 
         os.environ.setdefault(CONSOLE_LEVEL_ENV, "warn")
+
+
+_PY4J_LOGGERS = ("", "py4j.clientserver", "py4j.java_gateway")
 
 
 def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
@@ -132,7 +141,7 @@ def _disk_full(exc: BaseException) -> bool:
 
 def _disk_full_error(argv: list[str] | None) -> GpusparkError:
     words = _command_words(sys.argv[1:] if argv is None else argv)
-    kept = _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
+    kept = _safe_note() or _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
     return GpusparkError(
         f"{words}: no space left on device; {kept}",
         remedy="free space where the output goes, or write it elsewhere",
@@ -142,7 +151,6 @@ def _disk_full_error(argv: list[str] | None) -> GpusparkError:
 # What an interrupted command leaves behind, by command (its first words); default: nothing.
 _KEPT_ON_INTERRUPT = {
     "prep": "nothing was written; the old dataset, if any, is unchanged",
-    "train": "checkpoints written so far are kept (--resume continues from the newest)",
     "demo": "finished steps are kept in the output directory",
 }
 
@@ -174,9 +182,19 @@ def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
     if exc is not None and os.environ.get(envvars.DEBUG.name) == "1":
         traceback.print_exception(exc)
     words = _command_words(sys.argv[1:] if argv is None else argv)
-    kept = _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
+    kept = _safe_note() or _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
     sys.stderr.write(f"interrupted: {words} stopped; {kept}\n")
     return 130
+
+
+def _safe_note() -> str | None:
+    """The command's own word on what it leaves; a note that fails says nothing."""
+    from gpuspark.cli._common import interrupt_note
+
+    try:
+        return interrupt_note()
+    except Exception:  # the interrupted line must still be printed
+        return None
 
 
 def _command_words(argv: list[str]) -> str:
@@ -198,6 +216,9 @@ def _command_words(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
+    from gpuspark.cli._common import on_interrupt
+
+    on_interrupt(None)  # a note of an earlier command run in this process does not apply
     try:
         # With standalone_mode=False click returns the exit code of typer.Exit(n).
         rc = app(args=argv, standalone_mode=False)

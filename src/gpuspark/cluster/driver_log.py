@@ -62,6 +62,14 @@ logger.parquet.name = org.apache.parquet
 logger.parquet.level = error
 logger.hadoop.name = org.apache.hadoop
 logger.hadoop.level = warn
+# The RPC layer's errors while a stopping driver still had messages in flight (Ctrl-C, a
+# failed job torn down) are the shutdown, not its cause: the file only.
+logger.network.name = org.apache.spark.network
+logger.network.additivity = false
+logger.network.appenderRef.file.ref = file
+logger.rpc.name = org.apache.spark.rpc
+logger.rpc.additivity = false
+logger.rpc.appenderRef.file.ref = file
 {waiting}"""
 
 STARVING = "Initial job has not accepted any resources"
