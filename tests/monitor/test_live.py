@@ -127,6 +127,10 @@ def test_live_training_is_watched(spark: Any, prometheus: str, tmp_path: Path) -
         60,
         "run targets gone",
     )
+    # `top` no longer shows its ranks as live: one finished row while its rates are in the window.
+    res = CliRunner().invoke(app, ["top", "--once", "--json", "--prometheus", url])
+    shown = [r for r in json.loads(res.output)["ranks"] if r["run_id"] == run_id]
+    assert [(r["rank"], r["state"]) for r in shown] == [("-", "finished")], shown
     _every_expression_evaluates(url)
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gpuspark.cli.main import app
 from gpuspark.cluster.discovery import write_targets
-from gpuspark.monitor.top import from_endpoints, render
+from gpuspark.monitor.top import RankRow, from_endpoints, render
 
 # A rank that steps every 20 ms: 70% compute, 20% data wait, 10% comm; sends 1/4 of the bytes.
 RANK = textwrap.dedent(
@@ -57,7 +57,7 @@ def test_rows_from_endpoints(tmp_path: Path) -> None:
     assert row.bytes_saved_pct is not None and abs(row.bytes_saved_pct - 75) < 0.01
     assert row.last_step_age_s is not None and row.last_step_age_s < 5
     console = Console(width=160, record=True, color_system=None)
-    console.print(render(rows, "endpoints"))
+    console.print(render(rows, "endpoints", 160))
     text = console.export_text()
     assert "run-a" in text and "vision" in text and "75%" in text and "20%" in text
 
@@ -80,3 +80,43 @@ def test_cli_once_json_reads_the_run_targets(
     assert data["source"] == "endpoints"
     assert [r["run_id"] for r in data["ranks"]] == ["run-a"]
     assert data["ranks"][0]["samples_per_s"] > 0
+
+
+def _wide_rows() -> list[RankRow]:
+    phases = {"data_wait": 0.1, "compute": 0.6, "comm": 0.2, "optimizer": 0.1}
+    live = [
+        RankRow(
+            run_id="4ae4d9538d30",
+            rank=str(r),
+            host="dgx-node-017.cluster.example.com",
+            team="vision",
+            samples_per_s=1234.5,
+            steps=1520,
+            epoch=3,
+            loss=0.2345,
+            phases=phases,
+            bytes_saved_pct=50.0,
+            last_step_age_s=1.0,
+            gpu_util_pct=88.0,
+            gpu_memory_pct=70.0,
+        )
+        for r in range(2)
+    ]
+    return [*live, RankRow(run_id="9f00aa11bb22", rank="-", state="finished")]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 200])
+def test_top_fits_the_terminal(width: int) -> None:
+    """Every line fits; run, rank, samples/s, step and loss are never cut; a wide terminal
+    shows every column; a finished run is one row saying so."""
+    console = Console(width=width, record=True, color_system=None)
+    console.print(render(_wide_rows(), "http://127.0.0.1:9090", width))
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width
+    text = "\n".join(lines)
+    if width >= 80:
+        assert "4ae4d9538d30" in text and "1234.5" in text and "1520" in text
+        assert "0.2345" in text and "…" not in text
+    assert "finished" in text
+    if width == 200:
+        assert "dgx-node-017.cluster.example.com" in text and "GPU mem" in text

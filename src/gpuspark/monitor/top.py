@@ -3,6 +3,11 @@
 Two sources, same rows: Prometheus's HTTP API (``rate()`` over a window; GPU columns when
 dcgm-exporter series exist), or, when no Prometheus runs, the ranks' own ``/metrics`` endpoints
 found through the run target files (two scrapes ``interval`` seconds apart give the rates).
+
+A rank is live while it answers: from Prometheus, while its gauges are current (a target that
+stops answering or leaves the target files is marked stale at once); a run whose rates are
+still inside the window but whose ranks no longer answer is one ``finished`` row. The table
+fits the terminal: on a narrow one the least needed columns go first.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class RankRow:
     last_step_age_s: float | None = None
     gpu_util_pct: float | None = None
     gpu_memory_pct: float | None = None
+    state: str = "live"
+    """``live`` (its ranks answer) or ``finished`` (one row for the run; rank ``-``)."""
 
     @property
     def data_wait_pct(self) -> float:
@@ -190,7 +197,8 @@ def _gpu_by_host(url: str) -> dict[str, tuple[float, float]]:
 
 
 def from_prometheus(url: str, window: str = "1m") -> list[RankRow]:
-    """Rows from a Prometheus server's HTTP API (``rate`` over ``window``)."""
+    """Rows from a Prometheus server's HTTP API (``rate`` over ``window``): one per live rank,
+    then one per finished run (rates still in the window, gauges gone stale)."""
     samples = _by_rank(url, f"rate({n.SAMPLES}[{window}])")
     steps = _by_rank(url, n.STEPS)
     loss, epoch = _by_rank(url, n.LOSS), _by_rank(url, n.EPOCH)
@@ -198,12 +206,12 @@ def from_prometheus(url: str, window: str = "1m") -> list[RankRow]:
     saved = _by_rank(url, f"100 * (1 - {n.GRAD_SENT} / {n.GRAD_UNCOMPRESSED})")
     phases, gpus = _phases(url, window), _gpu_by_host(url)
     rows = []
-    for key in sorted(set(steps) | set(samples)):
-        labels = (steps.get(key) or samples[key])[0]
+    for key in sorted(steps):
+        labels = steps[key][0]
         row = RankRow(run_id=key[0], rank=key[1], host=labels.get("host", ""))
         row.team = labels.get("team", "")
         row.samples_per_s = samples.get(key, ({}, 0.0))[1]
-        row.steps = steps.get(key, ({}, 0.0))[1]
+        row.steps = steps[key][1]
         row.epoch = epoch.get(key, ({}, 0.0))[1]
         row.loss = loss[key][1] if key in loss else None
         row.last_step_age_s = last[key][1] if key in last else None
@@ -212,7 +220,16 @@ def from_prometheus(url: str, window: str = "1m") -> list[RankRow]:
         if row.host in gpus:
             row.gpu_util_pct, row.gpu_memory_pct = gpus[row.host]
         rows.append(row)
-    return rows
+    return rows + _finished(samples, {run for run, _ in steps})
+
+
+def _finished(samples: dict[_KEY, tuple[dict[str, str], float]], live: set[str]) -> list[RankRow]:
+    """One ``finished`` row per run that has rates in the window but no live rank."""
+    runs = {key[0]: labels for key, (labels, _) in samples.items() if key[0] not in live}
+    return [
+        RankRow(run_id=run, rank="-", team=labels.get("team", ""), state="finished")
+        for run, labels in sorted(runs.items())
+    ]
 
 
 def collect(
@@ -252,34 +269,79 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def render(rows: list[RankRow], source: str) -> Any:
-    """A rich table of ``rows`` (one line per rank) with a legend in its caption."""
+# What a narrow terminal gives up first, in order: columns, and (``_NARROW_BAR``) half the
+# step-time bar; run, rank, samples/s, step, loss and the bar always stay.
+_NARROW_BAR = 10
+_DROP_ORDER: tuple[str | int, ...] = (
+    "host",
+    "team",
+    _NARROW_BAR,
+    "bytes saved",
+    "GPU mem",
+    "epoch",
+    "last step",
+    "data wait",
+)
+
+
+def _cells(r: RankRow, bar: int, gpu: bool) -> dict[str, Any]:
+    """A row's cells by column head."""
+    if r.state != "live":
+        return {"run": r.run_id, "rank": r.rank, "team": r.team or "-", "step time": r.state}
+    cells: dict[str, Any] = {"run": r.run_id, "rank": r.rank, "host": r.host}
+    cells |= {"team": r.team or "-", "samples/s": f"{r.samples_per_s:.1f}"}
+    cells |= {"step": f"{r.steps:.0f}", "epoch": f"{r.epoch:.0f}", "loss": _fmt(r.loss, ".4f")}
+    cells |= {"step time": _bar(r.phases, bar), "data wait": f"{r.data_wait_pct:.0f}%"}
+    cells |= {"bytes saved": _fmt(r.bytes_saved_pct, ".0f", "%")}
+    cells["last step"] = _fmt(r.last_step_age_s, ".0f", " s ago")
+    if gpu:
+        cells["GPU util"] = _fmt(r.gpu_util_pct, ".0f", "%")
+        cells["GPU mem"] = _fmt(r.gpu_memory_pct, ".0f", "%")
+    return cells
+
+
+def _table(rows: list[RankRow], source: str, heads: list[str], bar: int) -> Any:
+    from rich import box
     from rich.table import Table
+
+    gpu = "GPU util" in heads
+    live = sum(r.state == "live" for r in rows)
+    ranks = f"{live} rank" + ("" if live == 1 else "s")
+    table = Table(title=f"gpuspark top — {ranks} — {source}", box=box.SIMPLE_HEAD)
+    for head in heads:
+        left = head in ("run", "host", "team", "step time")
+        table.add_column(head, justify="left" if left else "right", no_wrap=True)
+    for r in rows:
+        cells = _cells(r, bar, gpu)
+        table.add_row(*(cells.get(head, "") for head in heads))
+    table.caption = "  ".join(f"[{c}]{g}[/{c}] {p}" for p, (g, c) in _STYLE.items())
+    return table
+
+
+def render(rows: list[RankRow], source: str, width: int | None = None) -> Any:
+    """A rich table of ``rows`` (one line per rank, one per finished run) that fits ``width``
+    columns (default: the terminal's), with a legend in its caption."""
+    from rich.console import Console
+    from rich.measure import Measurement
     from rich.text import Text
 
     if not rows:
         return Text(f"gpuspark top — source: {source} — no training run is reporting metrics")
-    gpu = any(r.gpu_util_pct is not None for r in rows)
-    table = Table(title=f"gpuspark top — {len(rows)} ranks — source: {source}")
+    console = Console(width=width) if width else Console()
     heads = ["run", "rank", "host", "team", "samples/s", "step", "epoch", "loss"]
     heads += ["step time", "data wait", "bytes saved", "last step"]
-    heads += ["GPU util", "GPU mem"] if gpu else []
-    for head in heads:
-        table.add_column(
-            head, justify="left" if head in ("run", "host", "team", "step time") else "right"
-        )
-    for r in rows:
-        cells: list[Any] = [r.run_id, r.rank, r.host, r.team or "-"]
-        cells += [f"{r.samples_per_s:.1f}", f"{r.steps:.0f}", f"{r.epoch:.0f}", _fmt(r.loss, ".4f")]
-        cells += [_bar(r.phases), f"{r.data_wait_pct:.0f}%", _fmt(r.bytes_saved_pct, ".0f", "%")]
-        cells += [_fmt(r.last_step_age_s, ".0f", " s ago")]
-        cells += (
-            [_fmt(r.gpu_util_pct, ".0f", "%"), _fmt(r.gpu_memory_pct, ".0f", "%")] if gpu else []
-        )
-        table.add_row(*cells)
-    legend = "  ".join(f"[{c}]{g}[/{c}] {p}" for p, (g, c) in _STYLE.items())
-    table.caption = legend
-    return table
+    heads += ["GPU util", "GPU mem"] if any(r.gpu_util_pct is not None for r in rows) else []
+    drop, bar = list(_DROP_ORDER), _BAR
+    unbounded = console.options.update_width(10_000)  # the width it needs, not the one it has
+    while True:
+        table = _table(rows, source, heads, bar)
+        need = Measurement.get(console, unbounded, table).maximum
+        if need <= console.width or not drop:
+            return table
+        gone = drop.pop(0)
+        if isinstance(gone, int):
+            bar = gone
+        heads = [h for h in heads if h != gone]
 
 
 def as_json(rows: list[RankRow], source: str) -> dict[str, Any]:
