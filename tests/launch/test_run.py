@@ -47,6 +47,12 @@ def all_reduce_env(value: float) -> dict[str, Any]:
     return {"sum": t.item(), "ranks": everyone}
 
 
+def write_relative(name: str) -> str:
+    """Write ``name`` + this rank's number, a relative path; return the working directory."""
+    Path(f"{name}-{os.environ['RANK']}.txt").write_text(os.environ["RANK"])
+    return os.getcwd()
+
+
 def fail_on(bad_rank: int, pid_dir: str) -> int:
     """Record this rank's pid, then raise on ``bad_rank``; the others wait in a barrier."""
     import torch.distributed as dist
@@ -325,6 +331,17 @@ def test_spark_four_ranks_whole_gpus_from_spark(spark: Any, capfd: Any) -> None:
     line = next(ln for ln in text.splitlines() if ln.startswith("[gpuspark] backend gloo"))
     for r in ranks:  # the rank -> GPU map agrees with what each rank saw
         assert f"{r['RANK']}->127.0.0.1 gpu {r['CUDA_VISIBLE_DEVICES']}" in line
+
+
+@pytest.mark.spark
+def test_spark_ranks_on_this_machine_run_in_the_launch_directory(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with --local, a relative path of a rank means the launch's directory, not the
+    executor's work folder (the embedded cluster runs on this machine)."""
+    monkeypatch.chdir(tmp_path)
+    assert run(write_relative, "out", num_processes=2, spark=spark) == str(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("out-*.txt")) == ["out-0.txt", "out-1.txt"]
 
 
 @pytest.mark.spark

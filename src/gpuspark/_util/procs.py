@@ -98,3 +98,18 @@ def _reap(pids: list[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
+
+
+def machine_key() -> str:
+    """This machine and file system as seen by a process: host name and boot id.
+
+    Equal for processes on one machine that share its files (network namespaces included),
+    different across machines and for containers (their own host name)."""
+    import socket
+
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark._util.procs import machine_key
 from gpuspark.errors import LaunchError, did_you_mean
 
 __all__ = ["LaunchRequest", "make_request"]
@@ -58,6 +59,11 @@ class LaunchRequest:
     """``cloudpickle.dumps((fn, args, kwargs))`` (function mode)."""
     script: list[str] | None = None
     """``[script.py, *args]`` (script mode)."""
+    workdir: str = field(default_factory=os.getcwd)
+    """Where the launch was started: the ranks' working directory on this machine's executors
+    (elsewhere they start in the executor's work folder)."""
+    driver_machine: str = field(default_factory=machine_key)
+    """:func:`~gpuspark._util.procs.machine_key` of the driver."""
 
     def __post_init__(self) -> None:
         _check_shape(self)

@@ -70,9 +70,12 @@ def _barrier_partition(
         tasks = [json.loads(s) for s in ctx.allGather(json.dumps(me))]
         all_gpus = all(t["gpus"] for t in tasks)
         backend, why = resolve_backend(req.backend, all_gpus, all(t["cuda"] for t in tasks))
+        workdir = _workdir(req)
         if index == 0:
             ranks = rank_map(tasks, req.per_task, int(req.gpus_per_process))
             sink.notice("info", {"text": f"backend {backend} ({why}); ranks: {ranks}"})
+            if not workdir:
+                sink.notice("info", {"text": _WORKDIR_NOTE})
         env = rank_env(req, run_id, attempt, backend)
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
@@ -92,6 +95,7 @@ def _barrier_partition(
             env=env,
             host=host,
             store_fd=store_fd,
+            workdir=workdir,
         )
         store_fd = -1  # run_task owns it now
         result = run_task(spec, sink)
@@ -100,6 +104,21 @@ def _barrier_partition(
             os.close(store_fd)
         sink.close()
     yield result
+
+
+def _workdir(req: LaunchRequest) -> str:
+    """The launch's own directory when this executor runs on the driver's machine (as with
+    ``--local``, relative paths then mean the same), else ``""``: the executor's work folder."""
+    from gpuspark._util.procs import machine_key
+
+    same = req.driver_machine == machine_key() and os.path.isdir(req.workdir)
+    return req.workdir if same else ""
+
+
+_WORKDIR_NOTE = (
+    "ranks run in their executor's work folder on each host (not on this machine): "
+    "relative paths land there; give absolute or shared paths"
+)
 
 
 def _task_host(ctx: Any, index: int) -> str:

@@ -67,6 +67,8 @@ class TaskSetup:
     store_fd: int = -1
     """Task 0 of a static rendezvous: a listening socket's fd (from :func:`store_port`) that
     the job's TCP store takes over; the task owns it until then."""
+    workdir: str = ""
+    """The ranks' working directory (empty: the task's own)."""
 
 
 class Sink(Protocol):
@@ -221,6 +223,8 @@ def _agent_process(spec: TaskSetup, log_dir: str, parent: int) -> None:
         # Spawned ranks must not re-run the caller's script (multiprocessing imports __main__);
         # the function travels by value with cloudpickle and needs none of it.
         sys.modules["__main__"] = types.ModuleType("__main__")
+        if spec.workdir:
+            os.chdir(spec.workdir)  # the ranks start there (they inherit it)
         try:
             result = _agent_main(spec, log_dir)
         except BaseException:
