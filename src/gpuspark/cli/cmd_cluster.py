@@ -47,7 +47,9 @@ def up(
         int | None,
         typer.Option(help="GPUs per worker [default: real GPUs split evenly, else 2 simulated]."),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for registration.")] = 120.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for registration.", min=0.1)
+    ] = 120.0,
     hosts: Annotated[
         int | None,
         typer.Option(

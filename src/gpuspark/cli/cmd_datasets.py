@@ -34,9 +34,11 @@ def register(app: typer.Typer) -> None:
 
 def synth_ct(
     dst: DstArg,
-    studies: Annotated[int, typer.Option(help="Number of studies (one CT series each).")] = 20,
+    studies: Annotated[
+        int, typer.Option(help="Number of studies (one CT series each).", min=1)
+    ] = 20,
     seed: SeedOpt = 0,
-    size: Annotated[int, typer.Option(help="Rows and columns per slice.")] = 96,
+    size: Annotated[int, typer.Option(help="Rows and columns per slice.", min=8)] = 96,
     overwrite: OverwriteOpt = False,
     json: JsonOpt = False,
 ) -> None:
@@ -56,8 +58,8 @@ def synth_ct(
 
 def synth_images(
     dst: DstArg,
-    classes: Annotated[int, typer.Option(help="Number of classes (folders).")] = 4,
-    per_class: Annotated[int, typer.Option(help="Images per class.")] = 25,
+    classes: Annotated[int, typer.Option(help="Number of classes (folders).", min=1)] = 4,
+    per_class: Annotated[int, typer.Option(help="Images per class.", min=1)] = 25,
     seed: SeedOpt = 0,
     overwrite: OverwriteOpt = False,
     json: JsonOpt = False,

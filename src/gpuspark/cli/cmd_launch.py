@@ -35,7 +35,9 @@ def launch(
     max_attempts: Annotated[
         int, typer.Option("--max-attempts", help="Attempts of the whole stage.")
     ] = 1,
-    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds in all.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds in all.", min=1)
+    ] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo.")] = "auto",
     local: Annotated[bool, typer.Option("--local", help="Run on this machine, no Spark.")] = False,
     dry_run: Annotated[

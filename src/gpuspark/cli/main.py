@@ -8,13 +8,15 @@ code 1 (``GPUSPARK_DEBUG=1`` shows the traceback).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
+import math
 import os
 import sys
 import traceback
 from collections.abc import Iterator
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -187,6 +189,58 @@ def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
     return 130
 
 
+EMPTY_ALLOWED = frozenset({"--namespace-prefix"})
+"""Options where an empty value means something (their default, said explicitly)."""
+
+
+@functools.cache
+def _command() -> Any:
+    """The click command of :data:`app`, every option checked for values no command takes:
+    an empty text or path, a float that is not finite (nan, inf)."""
+    import typer.main
+
+    command = typer.main.get_command(app)
+    for param in _params(command):
+        if (param.opts and param.opts[0] in EMPTY_ALLOWED) or getattr(param, "is_flag", False):
+            continue
+        param.process_value = _checked(param, param.process_value)
+    return command
+
+
+def _params(command: Any) -> Iterator[Any]:
+    yield from command.params
+    for sub in (getattr(command, "commands", None) or {}).values():
+        yield from _params(sub)
+
+
+def _checked(param: Any, process: Any) -> Any:
+    """``param``'s ``process_value`` after refusing an empty text (before ``Path("")``
+    becomes ``.``) and, once converted, a float that is not finite (a usage error)."""
+
+    def check(ctx: Any, value: Any) -> Any:
+        source = ctx.get_parameter_source(param.name)
+        given = source is not None and source.name != "DEFAULT"
+        raw = value if isinstance(value, list | tuple) else [value]
+        if given and any(isinstance(v, str) and not v.strip() for v in raw):
+            raise typer.BadParameter("must not be empty", ctx=ctx, param=param)
+        out = process(ctx, value)
+        for one in out if isinstance(out, list | tuple) else [out]:
+            if isinstance(one, float) and not math.isfinite(one):
+                raise typer.BadParameter(f"{one} is not a number", ctx=ctx, param=param)
+        return out
+
+    return check
+
+
+def _usage_error(exc: Exception, message: str, code: int) -> int:
+    """A usage error in one line: what is wrong, and where the command's help is."""
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "gpuspark"
+    text = " ".join(message.split())
+    sys.stderr.write(f"error: {text} (see '{path} --help')\n")
+    return code
+
+
 def _safe_note() -> str | None:
     """The command's own word on what it leaves; a note that fails says nothing."""
     from gpuspark.cli._common import interrupt_note
@@ -199,9 +253,7 @@ def _safe_note() -> str | None:
 
 def _command_words(argv: list[str]) -> str:
     """``prep images`` of ``["-v", "prep", "images", "SRC", ...]``: the command's names."""
-    import typer.main
-
-    cmd: object = typer.main.get_command(app)
+    cmd: object = _command()
     words: list[str] = []
     for token in argv:
         sub = (getattr(cmd, "commands", None) or {}).get(token)
@@ -221,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     on_interrupt(None)  # a note of an earlier command run in this process does not apply
     try:
         # With standalone_mode=False click returns the exit code of typer.Exit(n).
-        rc = app(args=argv, standalone_mode=False)
+        rc = _command()(args=argv, standalone_mode=False, prog_name="gpuspark")
     except _interrupt_types() as exc:
         if not _by_interrupt(exc):
             raise  # a py4j error of its own: as any unexpected error
@@ -242,10 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # Usage errors are click exceptions: they show themselves and carry their exit code.
         # typer vendors click privately, so they are recognised by that interface, not by class.
-        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
-            return code
+        message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a group run bare: its help
+            sys.stderr.write(message() + "\n")  # type: ignore[misc]
+            return int(code)  # type: ignore[arg-type]
+        if callable(message) and isinstance(code, int):
+            return _usage_error(exc, message(), code)
         if _disk_full(exc):  # a Spark task's ENOSPC reaches the driver as a Spark error
             return _report(_disk_full_error(argv))
         raise
