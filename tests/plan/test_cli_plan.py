@@ -67,7 +67,7 @@ def test_missing_flops_is_named(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     "extra, code, text",
     [
-        (["--model", "resnet50", "--sweep", "gpus=1..3"], 2, "nodes=A..B"),
+        (["--model", "resnet50", "--sweep", "gpus=1..3"], 1, "nodes=A..B"),
         (["--model", "resnet50", "--plot", "x.png"], 1, "--sweep"),
         (["--model", "resnet50", "--compression", "zstd"], 1, "compression 'zstd' is unknown"),
         (["--model", "resnet50", "--calibration", "/no/such.json"], 1, "does not exist"),

@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, SpecOpt, echo, parse_numbers, print_json, print_table
+from gpuspark.cli._checks import check_output_file
+from gpuspark.cli._common import JsonOpt, SpecOpt, echo, print_json, print_table
 
 if TYPE_CHECKING:
-    from gpuspark.plan import Calibration, Workload
+    from gpuspark.plan import Calibration, PlanRequest, Workload
+    from gpuspark.spec import ClusterSpec
 
 plan_app = typer.Typer(
     help="Predict step time, communication share, scaling and time to train; calibrate.",
@@ -25,22 +27,31 @@ def register(app: typer.Typer) -> None:
 
 
 def parse_sweep(text: str) -> list[int]:
-    """``nodes=1..8`` or ``nodes=1,2,4`` -> node counts; anything else is a usage error."""
+    """``nodes=1..8`` or ``nodes=1,2,4`` -> node counts; anything else is refused."""
+    from gpuspark.errors import PlanError
+    from gpuspark.plan.checks import MAX_SWEEP
+
     key, _, values = text.partition("=")
+    lo, dots, hi = values.partition("..")
     try:
         if key.strip() != "nodes" or not values:
             raise ValueError
-        if ".." in values:
-            lo, hi = (int(v) for v in values.split(".."))
-            counts = list(range(lo, hi + 1))
-        else:
-            counts = [int(v) for v in values.split(",")]
+        bounds = (int(lo), int(hi)) if dots else None
+        counts = [] if dots else [int(v) for v in values.split(",")]
     except ValueError:
-        counts = []
+        bounds, counts = None, []
+    if bounds is not None and bounds[1] - bounds[0] >= MAX_SWEEP:
+        raise PlanError(
+            f"--sweep {text} names {bounds[1] - bounds[0] + 1:,} node counts; at most "
+            f"{MAX_SWEEP:,}",
+            remedy="sweep a narrower range, or list the counts: nodes=1,2,4,8",
+        )
+    if bounds is not None:
+        counts = list(range(bounds[0], bounds[1] + 1))
     if not counts or min(counts) < 1:
-        raise typer.BadParameter(
-            f"expected nodes=A..B or nodes=A,B,C (whole numbers >= 1), got {text!r}",
-            param_hint="--sweep",
+        raise PlanError(
+            f"--sweep {text!r} is not nodes=A..B or nodes=A,B,C (whole numbers, 1 <= A <= B)",
+            remedy="e.g. --sweep nodes=1..8",
         )
     return counts
 
@@ -48,8 +59,7 @@ def parse_sweep(text: str) -> list[int]:
 def _workload(
     model: str | None, params: int | None, flops: float | None, cal: Calibration | None
 ) -> Workload:
-    from gpuspark.errors import PlanError
-    from gpuspark.plan import Workload, custom_workload, find_workload, workload_names
+    from gpuspark.plan import Workload, custom_workload, find_workload
 
     probe = cal.compute if cal is not None else None
     if model is not None and probe is not None and probe.recipe == model:
@@ -60,14 +70,28 @@ def _workload(
         return Workload(model, probe.shapes, probe.flops_per_sample, decode_format=fmt)
     if model is not None:
         return find_workload(model)
-    if params is None or flops is None:
+    assert params is not None and flops is not None  # _check_model
+    return custom_workload(params, flops)
+
+
+def _check_model(model: str | None, params: int | None, flops: float | None) -> None:
+    """One way to name the model: ``--model``, or both ``--params`` and ``--flops-per-sample``."""
+    from gpuspark.errors import PlanError
+    from gpuspark.plan import workload_names
+
+    if model is not None and (params is not None or flops is not None):
+        given = "--params" if params is not None else "--flops-per-sample"
+        raise PlanError(
+            f"--model {model} and {given} both name the model",
+            remedy=f"give --model NAME, or --params and --flops-per-sample (drop {given})",
+        )
+    if model is None and (params is None or flops is None):
         missing = "--params" if params is None else "--flops-per-sample"
         raise PlanError(
             f"no model to plan: give --model NAME, or --params and --flops-per-sample "
             f"({missing} is missing)",
             remedy="known models: " + ", ".join(workload_names()),
         )
-    return custom_workload(params, flops)
 
 
 @plan_app.callback()
@@ -79,21 +103,34 @@ def plan(
         typer.Option("--model", help="resnet50, bert-large, resnet3d or resnet2d."),
     ] = None,
     params: Annotated[
-        int | None, typer.Option("--params", help="Parameter count (instead of --model).")
+        int | None,
+        typer.Option("--params", help="Parameter count (instead of --model), 1 to 2^53."),
     ] = None,
     flops: Annotated[
         float | None,
-        typer.Option("--flops-per-sample", help="Forward + backward FLOPs of one sample."),
+        typer.Option(
+            "--flops-per-sample", help="Forward + backward FLOPs of one sample, > 0, <= 1e24."
+        ),
     ] = None,
     global_batch: Annotated[
-        int | None, typer.Option("--global-batch", help="Samples per optimizer step, all GPUs.")
+        int | None,
+        typer.Option(
+            "--global-batch",
+            help="Samples per optimizer step, all GPUs: a multiple of the GPUs, up to 2^53.",
+        ),
     ] = None,
-    nodes: Annotated[int | None, typer.Option("--nodes", min=1, help="Nodes [default 1].")] = None,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", help="Nodes of the spec's first group [default 1].")
+    ] = None,
     gpus: Annotated[
-        int | None, typer.Option("--gpus", min=1, help="GPUs (instead of --nodes).")
+        int | None,
+        typer.Option(
+            "--gpus",
+            help="GPUs: up to one node's, or whole nodes; with --nodes, GPUS/NODES per node.",
+        ),
     ] = None,
     compression: Annotated[
-        str, typer.Option("--compression", help="none, fp16, bf16 or powersgd:R.")
+        str, typer.Option("--compression", help="none, fp16, bf16 or powersgd:R (ddp only).")
     ] = "none",
     strategy: Annotated[str, typer.Option("--strategy", help="ddp or fsdp.")] = "ddp",
     dtype: Annotated[
@@ -103,19 +140,22 @@ def plan(
         float | None,
         typer.Option(
             "--efficiency",
-            help="Share of GPU peak reached [default: from the "
+            help="Share of GPU peak reached, > 0 and <= 1 [default: from the "
             "model's published throughput, else 0.30].",
         ),
     ] = None,
-    epochs: Annotated[float | None, typer.Option("--epochs", help="Epochs to train.")] = None,
+    epochs: Annotated[
+        float | None, typer.Option("--epochs", help="Epochs to train, > 0, <= 1e6.")
+    ] = None,
     samples: Annotated[
-        int | None, typer.Option("--samples", help="Samples per epoch [default: the model's].")
+        int | None,
+        typer.Option("--samples", help="Samples per epoch, with --epochs [default: the model's]."),
     ] = None,
     decode: Annotated[
         float | None,
         typer.Option(
             "--decode-per-core",
-            help="Samples/s one CPU core decodes [default: "
+            help="Samples/s one CPU core decodes, > 0 [default: "
             "calibration, else 230 JPEG / 2,000 volumes]; inf: decoded on the GPUs.",
         ),
     ] = None,
@@ -124,10 +164,14 @@ def plan(
         typer.Option("--calibration", help="JSON from `gpuspark plan calibrate`."),
     ] = None,
     sweep_text: Annotated[
-        str | None, typer.Option("--sweep", help="nodes=1..8: one plan per node count.")
+        str | None,
+        typer.Option("--sweep", help="nodes=1..8: one plan per node count (at most 1024)."),
     ] = None,
     plot: Annotated[
-        Path | None, typer.Option("--plot", help="With --sweep: write the scaling PNG here.")
+        Path | None,
+        typer.Option(
+            "--plot", help="With --sweep: write the scaling PNG here (folder must exist)."
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -135,53 +179,107 @@ def plan(
     not hidden behind backward, input wait, samples/s, scaling efficiency, time to train and
     the bottleneck. Figures come from the spec and published references, or a calibration."""
     if ctx.invoked_subcommand is not None:
+        _refuse_options_before(ctx)
         return
     from gpuspark.errors import PlanError
-    from gpuspark.plan import PlanRequest, load_calibration, parse_compression, predict, sweep
-    from gpuspark.plan.render import breakdown_rows, plot_scaling, sweep_rows
+    from gpuspark.plan import (
+        PlanRequest,
+        check_cluster,
+        check_request,
+        check_sweep,
+        check_values,
+        load_calibration,
+        parse_compression,
+    )
     from gpuspark.spec import resolve_spec
 
     if global_batch is None:
         raise PlanError("--global-batch is required", remedy="e.g. --global-batch 2048")
-    counts = parse_sweep(sweep_text) if sweep_text else None
+    _check_model(model, params, flops)
+    counts = parse_sweep(sweep_text) if sweep_text is not None else None
     if plot is not None and counts is None:
         raise PlanError("--plot draws a sweep", remedy="add --sweep nodes=1..8")
+    if plot is not None:
+        check_output_file(plot, "--plot")
     kind, rank = parse_compression(compression)
-    cal = load_calibration(calibration) if calibration is not None else None
-    req = PlanRequest(
-        workload=_workload(model, params, flops, cal),
-        global_batch=global_batch,
-        nodes=nodes,
-        gpus=gpus,
-        compression=kind,
-        powersgd_rank=rank,
-        strategy=strategy,
-        dtype=dtype,
-        efficiency=efficiency,
-        epochs=epochs,
-        samples=samples,
-        decode_per_core=decode,
-    )
+    values: dict[str, Any] = {
+        "global_batch": global_batch, "nodes": nodes, "gpus": gpus, "compression": kind,
+        "powersgd_rank": rank, "strategy": strategy, "dtype": dtype, "efficiency": efficiency,
+        "epochs": epochs, "samples": samples, "decode_per_core": decode,
+    }  # fmt: skip
+    check_values(params=params, flops_per_sample=flops, **values)
     spec_obj = resolve_spec(spec)
+    cal = load_calibration(calibration) if calibration is not None else None
+    check_cluster(spec_obj, cal, global_batch, nodes, gpus, efficiency)
+    if counts is not None:
+        check_sweep(counts, spec_obj.nodes[0].gpus_per_node)
+    req = PlanRequest(workload=_workload(model, params, flops, cal), **values)
+    check_request(req, spec_obj, cal)  # what the workload serves, before a plan is computed
+    _show(spec_obj, req, cal, counts, plot, json_out)
+
+
+def _refuse_options_before(ctx: typer.Context) -> None:
+    """``plan --model X calibrate``: the plan's options would be ignored by the subcommand."""
+    from gpuspark.errors import PlanError
+
+    given = [
+        param.opts[0] for param in ctx.command.params
+        if param.name and getattr(ctx.get_parameter_source(param.name), "name", "") == "COMMANDLINE"
+    ]  # fmt: skip
+    if given:
+        options = ", ".join(given)
+        raise PlanError(
+            f"plan {ctx.invoked_subcommand} does not take the plan's options ({options})",
+            remedy=f"put options after the command: gpuspark plan {ctx.invoked_subcommand} ...",
+        )
+
+
+def _show(
+    spec: ClusterSpec,
+    req: PlanRequest,
+    cal: Calibration | None,
+    counts: list[int] | None,
+    plot: Path | None,
+    json_out: bool,
+) -> None:
+    """One plan as a breakdown, or a sweep as a table (and its plot)."""
+    from gpuspark.plan import predict, sweep
+    from gpuspark.plan.render import breakdown_rows, plot_scaling, sweep_rows
+
     if counts is None:
-        one = predict(spec_obj, req, cal)
+        one = predict(spec, req, cal)
         if json_out:
             print_json(one.as_dict())
             return
-        print_table(f"plan: {one.model} on {spec_obj.name}", ["figure", "value"],
-                    breakdown_rows(one))  # fmt: skip
+        print_table(f"plan: {one.model} on {spec.name}", ["figure", "value"], breakdown_rows(one))
         echo(f"bottleneck: [bold]{one.bottleneck}[/]")
         return
-    plans = sweep(spec_obj, req, counts, cal)
+    plans = sweep(spec, req, counts, cal)
     if plot is not None:
         plot_scaling(plans, plot)
     if json_out:
         print_json({"plans": [p.as_dict() for p in plans], "plot": str(plot) if plot else None})
         return
     columns = ["nodes", "GPUs", "step ms", "comm", "samples/s", "scaling", "train", "bound by"]
-    print_table(f"plan sweep: {req.workload.name} on {spec_obj.name}", columns, sweep_rows(plans))
+    print_table(f"plan sweep: {req.workload.name} on {spec.name}", columns, sweep_rows(plans))
     if plot is not None:
         echo(f"plot: {plot}")
+
+
+def parse_shape(text: str | None) -> tuple[int, ...] | None:
+    """``1,64,64,64`` -> ``(1, 64, 64, 64)``; text that is not whole numbers is refused (the
+    sizes' ranges are the calibration's to check)."""
+    from gpuspark.errors import PlanError
+
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise PlanError(
+            f"--input {text!r} is not comma-separated whole numbers",
+            remedy="e.g. --input 1,64,64,64",
+        ) from None
 
 
 def _default_out(spec: Path | None) -> Path:
@@ -196,19 +294,25 @@ def calibrate_cmd(
     recipe: Annotated[
         str, typer.Option("--recipe", help="Network of the compute probe: resnet3d, resnet2d.")
     ] = "resnet3d",
-    depth: Annotated[int, typer.Option("--depth", help="resnet3d depth.")] = 18,
-    width: Annotated[float, typer.Option("--width", help="MONAI widen_factor.")] = 1.0,
+    depth: Annotated[
+        int | None, typer.Option("--depth", help="resnet3d depth: 10, 18, 34 or 50 [default 18].")
+    ] = None,
+    width: Annotated[float, typer.Option("--width", help="MONAI widen_factor, 1/64 to 8.")] = 1.0,
     input_shape: Annotated[
         str | None,
         typer.Option(
             "--input",
             help="One sample's shape, e.g. 1,64,64,64 [default: resnet3d "
-            "1,64,64,64; resnet2d 3,224,224].",
+            "1,64,64,64; resnet2d 3,224,224]; sides of 16 or less need --batch 2 or more.",
         ),
     ] = None,
-    batch: Annotated[int, typer.Option("--batch", min=1, help="Per-rank batch.")] = 4,
-    threads: Annotated[int, typer.Option("--threads", min=1, help="torch threads per rank.")] = 1,
-    ranks: Annotated[int, typer.Option("-n", "--num-processes", min=2, help="Ranks.")] = 2,
+    batch: Annotated[int, typer.Option("--batch", help="Per-rank batch, >= 1.")] = 4,
+    threads: Annotated[
+        int, typer.Option("--threads", help="torch threads per rank (local: up to the cores).")
+    ] = 1,
+    ranks: Annotated[
+        int, typer.Option("-n", "--num-processes", help="Ranks, >= 2 (local: up to the cores).")
+    ] = 2,
     spark: Annotated[
         bool, typer.Option("--spark/--local", help="Ranks on the Spark cluster or locally.")
     ] = False,
@@ -216,8 +320,8 @@ def calibrate_cmd(
         Path | None,
         typer.Option(
             "--out",
-            help="Where to write [default: SPEC.calibration.json next to the "
-            "spec, else ./gpuspark-calibration.json].",
+            help="Where to write, in an existing folder [default: SPEC.calibration.json next "
+            "to the spec, else ./gpuspark-calibration.json].",
         ),
     ] = None,
     json_out: JsonOpt = False,
@@ -225,17 +329,18 @@ def calibrate_cmd(
     """Measure this cluster: an all-reduce sweep (nccl-tests columns), the recipe's forward +
     backward per sample with all ranks running, and decode samples/s per core."""
     from gpuspark.plan import CalibrateOptions, calibrate, save_calibration
+    from gpuspark.spec import resolve_spec
 
-    shape = parse_numbers(input_shape, int, None, "--input", "comma-separated sizes")
-    from gpuspark.train.recipes import get_recipe
-
+    spec_obj = resolve_spec(spec)  # a bad --spec is named as such, not as its --out
+    target = out or _default_out(spec)
+    check_output_file(target, "--out")
     options: dict[str, object] = {"width": width}
-    if "depth" in get_recipe(recipe).shape_options:
+    if depth is not None:
         options["depth"] = depth
-    opts = CalibrateOptions(recipe=recipe, options=options, input_shape=shape, batch=batch,
-                            threads=threads, ranks=ranks)  # fmt: skip
-    cal = calibrate(opts, spec=spec, local=not spark)
-    path = save_calibration(cal, out or _default_out(spec))
+    opts = CalibrateOptions(recipe=recipe, options=options, input_shape=parse_shape(input_shape),
+                            batch=batch, threads=threads, ranks=ranks)  # fmt: skip
+    cal = calibrate(opts, spec=spec_obj, local=not spark)
+    path = save_calibration(cal, target)
     if json_out:
         print_json({"path": str(path), **cal.as_dict()})
         return

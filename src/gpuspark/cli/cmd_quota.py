@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from gpuspark.cli._checks import check_output_file
 from gpuspark.cli._common import JsonOpt, SpecOpt, print_json, print_table
 
 quota_app = typer.Typer(help="Team GPU quotas: usage now, and why an application waits.")
@@ -47,7 +48,8 @@ def status(
     url: UrlOpt = None,
     json: JsonOpt = False,
     plot: Annotated[
-        Path | None, typer.Option("--plot", help="Write a PNG bar chart of the teams' GPUs.")
+        Path | None,
+        typer.Option("--plot", help="Write a PNG bar chart of the teams' GPUs (existing folder)."),
     ] = None,
     prometheus: Annotated[
         str | None,
@@ -60,6 +62,8 @@ def status(
     from gpuspark.quota.status import plot_usage, quota_status
     from gpuspark.spec import resolve_spec
 
+    if plot is not None:
+        check_output_file(plot, "--plot")
     spec_obj = resolve_spec(spec)
     where, rows = quota_status(
         spec_obj, master=master, url=url, prometheus=prometheus, window=window

@@ -191,6 +191,8 @@ def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
 
 EMPTY_ALLOWED = frozenset({"--namespace-prefix"})
 """Options where an empty value means something (their default, said explicitly)."""
+INFINITE_ALLOWED = frozenset({"--decode-per-core"})
+"""Float options where ``inf`` means something (decoding costs no CPU: done on the GPUs)."""
 
 
 @functools.cache
@@ -203,7 +205,8 @@ def _command() -> Any:
     for param in _params(command):
         if (param.opts and param.opts[0] in EMPTY_ALLOWED) or getattr(param, "is_flag", False):
             continue
-        param.process_value = _checked(param, param.process_value)
+        finite = not (param.opts and param.opts[0] in INFINITE_ALLOWED)
+        param.process_value = _checked(param, param.process_value, finite)
     return command
 
 
@@ -213,9 +216,9 @@ def _params(command: Any) -> Iterator[Any]:
         yield from _params(sub)
 
 
-def _checked(param: Any, process: Any) -> Any:
+def _checked(param: Any, process: Any, finite: bool) -> Any:
     """``param``'s ``process_value`` after refusing an empty text (before ``Path("")``
-    becomes ``.``) and, once converted, a float that is not finite (a usage error)."""
+    becomes ``.``) and, once converted, NaN and (``finite``) infinities: usage errors."""
 
     def check(ctx: Any, value: Any) -> Any:
         source = ctx.get_parameter_source(param.name)
@@ -225,7 +228,7 @@ def _checked(param: Any, process: Any) -> Any:
             raise typer.BadParameter("must not be empty", ctx=ctx, param=param)
         out = process(ctx, value)
         for one in out if isinstance(out, list | tuple) else [out]:
-            if isinstance(one, float) and not math.isfinite(one):
+            if isinstance(one, float) and (math.isnan(one) or (finite and math.isinf(one))):
                 raise typer.BadParameter(f"{one} is not a number", ctx=ctx, param=param)
         return out
 

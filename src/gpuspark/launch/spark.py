@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from gpuspark._util.procs import machine_key
 from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import LogServer, SocketSink
 from gpuspark.launch.preflight import executor_capacity
@@ -109,8 +110,6 @@ def _barrier_partition(
 def _workdir(req: LaunchRequest) -> str:
     """The launch's own directory when this executor runs on the driver's machine (as with
     ``--local``, relative paths then mean the same), else ``""``: the executor's work folder."""
-    from gpuspark._util.procs import machine_key
-
     same = req.driver_machine == machine_key() and os.path.isdir(req.workdir)
     return req.workdir if same else ""
 

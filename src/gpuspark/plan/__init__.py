@@ -5,6 +5,8 @@ for a cluster spec, calibrated on the real cluster.
 ``gpus``            GPU table: dense peak FLOP/s per dtype, sourced
 ``workloads``       model catalogue (ResNet-50, BERT-large) and the recipes' networks
 ``formulas``        ring / hierarchical all-reduce, DDP buckets and overlap, compression bytes
+``checks``          the values and combinations the planner accepts
+``probe_checks``    the calibration's options
 ``model``           :func:`predict` / :func:`sweep` -> :class:`Plan`
 ``calibration``     calibration results as data (JSON)
 ``calibrate``       the probes, run through :func:`gpuspark.launch.run`
@@ -24,6 +26,13 @@ from gpuspark.plan.calibration import (
     load_calibration,
     save_calibration,
 )
+from gpuspark.plan.checks import (
+    PLAN_RANGES,
+    check_cluster,
+    check_request,
+    check_sweep,
+    check_values,
+)
 from gpuspark.plan.gpus import DTYPES, GPUS, GpuModel, find_gpu
 from gpuspark.plan.model import (
     COMPRESSIONS,
@@ -35,6 +44,7 @@ from gpuspark.plan.model import (
     predict,
     sweep,
 )
+from gpuspark.plan.probe_checks import check_calibrate
 from gpuspark.plan.workloads import (
     Reference,
     Workload,
@@ -50,6 +60,7 @@ __all__ = [
     "DEFAULT_SIZES",
     "DTYPES",
     "GPUS",
+    "PLAN_RANGES",
     "AllreduceRow",
     "AllreduceSweep",
     "CalibrateOptions",
@@ -63,6 +74,11 @@ __all__ = [
     "Workload",
     "bus_bandwidths",
     "calibrate",
+    "check_calibrate",
+    "check_cluster",
+    "check_request",
+    "check_sweep",
+    "check_values",
     "custom_workload",
     "decode_probe",
     "find_gpu",

@@ -25,6 +25,7 @@ from gpuspark.plan.calibration import (
     Calibration,
     ComputeProbe,
 )
+from gpuspark.plan.probe_checks import check_calibrate
 from gpuspark.plan.workloads import recipe_workload
 from gpuspark.train import ddp
 
@@ -325,9 +326,12 @@ def calibrate(
     local: bool = True,
 ) -> Calibration:
     """Measure the cluster: all-reduce sweep and compute probe on ``opts.ranks`` ranks
-    (local processes, or a Spark barrier stage with ``local=False``), decode in this process."""
+    (local processes, or a Spark barrier stage with ``local=False``), decode in this process.
+    Options without meaning are refused first
+    (:func:`~gpuspark.plan.probe_checks.check_calibrate`)."""
 
     o = opts or CalibrateOptions()
+    check_calibrate(o, local=local)
     res = launch.run(_probe_rank, o, num_processes=o.ranks, local=local, spec=spec)
     rows = tuple(AllreduceRow(**r) for r in res["rows"])
     cal = Calibration(allreduce=AllreduceSweep(world=o.ranks, backend=res["backend"], rows=rows))

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuspark import storage
 from gpuspark.errors import PlanError
+from gpuspark.plan.checks import FINITE, MAX_GPUS, Range
 
 __all__ = [
     "AllreduceRow",
@@ -137,12 +138,53 @@ def _compute(d: dict[str, Any]) -> ComputeProbe:
     return ComputeProbe(**d)
 
 
+def _positive(path: Path, figures: dict[str, Any], zero_ok: bool = False) -> None:
+    """Refuse a figure of the file that is not a finite number > 0 (>= 0 with ``zero_ok``)."""
+    for name, value in figures.items():
+        Range(f"{name} in calibration file {path}", 0, FINITE, lo_open=not zero_ok).check(
+            value, remedy="write it again with `gpuspark plan calibrate`"
+        )
+
+
+def _dim(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check(cal: Calibration, path: Path) -> None:
+    """The measured figures the planner divides by and takes logarithms of are > 0."""
+    if cal.allreduce is not None:
+        if not cal.allreduce.rows:
+            raise PlanError(f"calibration file {path} has an all-reduce sweep without rows")
+        world = Range(f"allreduce.world in calibration file {path}", 2, MAX_GPUS, whole=True)
+        world.check(cal.allreduce.world, remedy="write it again with `gpuspark plan calibrate`")
+        for i, row in enumerate(cal.allreduce.rows):
+            _positive(path, {f"allreduce.rows[{i}].{k}": v for k, v in asdict(row).items()})
+    if cal.compute is not None:
+        c = cal.compute
+        figures = {"sample_s": c.sample_s, "flops_per_sample": c.flops_per_sample}
+        figures |= {"backward_share": c.backward_share, "batch": c.batch, "ranks": c.ranks}
+        _positive(path, {f"compute.{k}": v for k, v in figures.items()})
+        waits = {"optimizer_s": c.optimizer_s, "straggler_s": c.straggler_s}
+        waits |= {f"hook_s.{k}": v for k, v in c.hook_s.items()}
+        _positive(path, {f"compute.{k}": v for k, v in waits.items()}, zero_ok=True)
+        if c.backward_share >= 1 or not all(_dim(d) for shape in c.shapes for d in shape):
+            raise PlanError(
+                f"calibration file {path}: compute.backward_share must be below 1 and every "
+                "dimension of compute.shapes >= 1",
+                remedy="write it again with `gpuspark plan calibrate`",
+            )
+    _positive(path, {f"decode.{k}": v for k, v in cal.decode.items()})
+
+
 def load_calibration(path: str | Path) -> Calibration:
-    """Read a calibration JSON; a missing or malformed file raises :class:`PlanError`."""
+    """Read a calibration JSON; a missing or malformed file, or one whose figures are not
+    positive finite numbers, raises :class:`PlanError`."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
-        return Calibration(
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
+        cal = Calibration(
             allreduce=_sweep(data["allreduce"]) if data.get("allreduce") else None,
             compute=_compute(data["compute"]) if data.get("compute") else None,
             decode={str(k): float(v) for k, v in (data.get("decode") or {}).items()},
@@ -153,11 +195,18 @@ def load_calibration(path: str | Path) -> Calibration:
             f"calibration file {p} does not exist",
             remedy="run `gpuspark plan calibrate --out FILE` first, or drop --calibration",
         ) from None
-    except (ValueError, KeyError, TypeError) as exc:
+    except OSError as exc:
+        raise PlanError(
+            f"calibration file {p} cannot be read: {exc.strerror or exc}",
+            remedy="give the JSON file `gpuspark plan calibrate` wrote",
+        ) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise PlanError(
             f"calibration file {p} is not a gpuspark calibration: {exc}",
             remedy="write it again with `gpuspark plan calibrate`",
         ) from None
+    _check(cal, p)
+    return cal
 
 
 def save_calibration(cal: Calibration, path: str | Path) -> Path:

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.errors import PlanError, did_you_mean
+from gpuspark.errors import PlanError
 from gpuspark.plan import formulas as f
+from gpuspark.plan.checks import (
+    COMPRESSIONS,
+    check_request,
+    check_sweep,
+    check_values,
+    parse_compression,
+    world,
+)
 from gpuspark.plan.gpus import find_gpu
 from gpuspark.plan.workloads import Workload
 
@@ -33,8 +41,6 @@ __all__ = [
     "predict",
     "sweep",
 ]
-
-COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 
 DEFAULTS: dict[str, float] = {
     "efficiency": 0.30,
@@ -77,6 +83,11 @@ class PlanRequest:
     """Samples/s one CPU core decodes (overrides calibration and defaults; ``inf``: decoding
     happens on the GPUs, e.g. with DALI)."""
 
+    def __post_init__(self) -> None:
+        values = {k.name: getattr(self, k.name) for k in fields(self)}
+        del values["workload"]
+        check_values(**values)
+
 
 @dataclass
 class Plan:
@@ -115,23 +126,6 @@ class Plan:
         return asdict(self)
 
 
-def parse_compression(text: str) -> tuple[str, int]:
-    """``none|fp16|bf16|powersgd[:R]`` -> ``(kind, rank)``; bad text raises."""
-    kind, _, rank_text = text.lower().partition(":")
-    if kind not in COMPRESSIONS or (rank_text and kind != "powersgd"):
-        raise PlanError(
-            f"compression {text!r} is unknown{did_you_mean(kind, COMPRESSIONS)}",
-            remedy="use none, fp16, bf16 or powersgd:R (R = rank, e.g. powersgd:2)",
-        )
-    try:
-        rank = int(rank_text) if rank_text else 2
-    except ValueError:
-        rank = 0
-    if rank < 1:
-        raise PlanError(f"PowerSGD rank in {text!r} must be a whole number >= 1")
-    return kind, rank
-
-
 @dataclass(frozen=True)
 class _Hardware:
     gpus_per_node: int
@@ -167,21 +161,17 @@ def bus_bandwidths(spec: ClusterSpec) -> dict[str, float]:
     return {"nvlink": hw.intra_busbw, "network": hw.inter_busbw}
 
 
-def _world(req: PlanRequest, hw: _Hardware) -> tuple[int, int]:
-    """``(nodes, gpus)`` of the request."""
-    if req.gpus is not None and req.gpus >= 1:
-        return max(1, math.ceil(req.gpus / hw.gpus_per_node)), req.gpus
-    nodes = req.nodes if req.nodes is not None else 1
-    if nodes < 1:
-        raise PlanError(f"--nodes must be >= 1, got {nodes}")
-    return nodes, nodes * hw.gpus_per_node
+def _world(req: PlanRequest, hw: _Hardware) -> tuple[int, int, int]:
+    """``(nodes, gpus, GPUs per node)`` of the request."""
+    nodes, per_node = world(req.nodes, req.gpus, hw.gpus_per_node)
+    return nodes, nodes * per_node, per_node
 
 
 class _Comm:
     """All-reduce seconds for the plan's world: calibrated sweep or spec formulas."""
 
-    def __init__(self, hw: _Hardware, nodes: int, gpus: int, cal: Calibration | None) -> None:
-        self.hw, self.nodes, self.gpus = hw, nodes, gpus
+    def __init__(self, hw: _Hardware, nodes: int, per_node: int, cal: Calibration | None) -> None:
+        self.hw, self.nodes, self.per_node, self.gpus = hw, nodes, per_node, nodes * per_node
         self.sweep = cal.allreduce if cal is not None else None
 
     @property
@@ -195,10 +185,9 @@ class _Comm:
             if self.sweep.world == self.gpus:
                 return self.sweep.time_s(nbytes)
             return f.ring_allreduce_s(nbytes, self.gpus, self.sweep.busbw, self.sweep.latency_s)
-        per_node = min(self.gpus, self.hw.gpus_per_node)
         return f.hierarchical_allreduce_s(
             nbytes,
-            per_node,
+            self.per_node,
             self.nodes,
             self.hw.intra_busbw,
             self.hw.inter_busbw,
@@ -233,8 +222,8 @@ def _compute(req: PlanRequest, spec: ClusterSpec, cal: Calibration | None) -> tu
         source = "reference"
     if eff is None:
         eff, source = DEFAULTS["efficiency"], "assumed"
-    if not 0 < eff <= 1:
-        raise PlanError(f"efficiency must be in (0, 1], got {eff}")
+    if not 0 < eff <= 1:  # a reference above the GPU's peak: the table is wrong
+        raise PlanError(f"the efficiency of {req.workload.name} must be in (0, 1], got {eff}")
     return req.workload.flops_per_sample / (gpu.peak_flops(req.dtype) * eff), source
 
 
@@ -319,33 +308,16 @@ def _decode_rate(req: PlanRequest, cal: Calibration | None) -> tuple[float | Non
     return DEFAULTS[f"decode_{fmt}_per_core"], "default"
 
 
-def _validate(req: PlanRequest) -> None:
-    if req.global_batch < 1:
-        raise PlanError(f"--global-batch must be >= 1, got {req.global_batch}")
-    if req.compression not in COMPRESSIONS:
-        parse_compression(req.compression)
-    if req.strategy not in ("ddp", "fsdp"):
-        raise PlanError(
-            f"strategy {req.strategy!r} is unknown{did_you_mean(req.strategy, ('ddp', 'fsdp'))}",
-            remedy="use ddp or fsdp",
-        )
-    if req.compression == "powersgd" and len(req.workload.shapes) == 1:
-        raise PlanError(
-            "PowerSGD bytes depend on the weight shapes, which --params alone does not give",
-            remedy="use --model NAME, or another --compression",
-        )
-
-
 def _one(spec: ClusterSpec, req: PlanRequest, cal: Calibration | None) -> Plan:
     hw = _hardware(spec)
-    nodes, gpus = _world(req, hw)
+    nodes, gpus, per_node = _world(req, hw)
     per_gpu = req.global_batch / gpus
     sample_s, compute_src = _compute(req, spec, cal)
     compute_s = per_gpu * sample_s
     probe = cal.compute if cal is not None else None
     back = probe.backward_share if probe is not None else DEFAULTS["backward_share"]
     backend = (cal.allreduce.backend if cal and cal.allreduce else None) or "nccl"
-    comm = _Comm(hw, nodes, gpus, cal)
+    comm = _Comm(hw, nodes, per_node, cal)
     total, exposed, raw, sent, nb = _comm(req, comm, backend, compute_s, back, cal)
     if probe is not None and gpus > 1:
         # The end-of-backward all-reduce costs more than the sweep says: waiting for the
@@ -354,8 +326,8 @@ def _one(spec: ClusterSpec, req: PlanRequest, cal: Calibration | None) -> Plan:
     opt_s = probe.optimizer_s if probe is not None else 0.0
     busy = compute_s + exposed + opt_s
     rate, decode_src = _decode_rate(req, cal)
-    per_node = per_gpu * min(gpus, hw.gpus_per_node)
-    decode_s = per_node / (hw.cpu_cores * rate) if rate else 0.0
+    node_samples = per_gpu * per_node
+    decode_s = node_samples / (hw.cpu_cores * rate) if rate else 0.0
     data_s = max(0.0, decode_s - busy)
     step = busy + data_s
     samples_s = req.global_batch / step
@@ -392,10 +364,9 @@ def predict(spec: ClusterSpec, req: PlanRequest, calibration: Calibration | None
     """The plan of ``req`` on ``spec``'s first node group (calibrated figures replace the
     spec's and the defaults where given). Scaling efficiency compares with one node at the
     same per-GPU batch (within one node: with one GPU)."""
-    _validate(req)
+    check_request(req, spec, calibration)
     plan = _one(spec, req, calibration)
-    hw = _hardware(spec)
-    base_gpus = hw.gpus_per_node if plan.nodes > 1 else 1
+    base_gpus = plan.gpus // plan.nodes if plan.nodes > 1 else 1
     if plan.gpus > base_gpus:
         batch = max(1, round(plan.per_gpu_batch * base_gpus))
         base_req = replace(req, nodes=None, gpus=base_gpus, global_batch=batch)
@@ -412,9 +383,10 @@ def sweep(
     calibration: Calibration | None = None,
 ) -> list[Plan]:
     """One plan per node count, the per-GPU batch of ``req`` kept (weak scaling)."""
+    gpn = _hardware(spec).gpus_per_node
+    check_sweep(nodes, gpn)
     first = predict(spec, req, calibration)
     per_gpu = first.per_gpu_batch
-    gpn = _hardware(spec).gpus_per_node
     out = []
     for k in nodes:
         batch = max(1, round(per_gpu * k * gpn))

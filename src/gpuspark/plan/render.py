@@ -1,12 +1,13 @@
-"""Plans as text rows and as a scaling plot (matplotlib, Agg backend, temp + rename)."""
+"""Plans as text rows and as a scaling plot (matplotlib, Agg backend, written atomically)."""
 
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpuspark import storage
 from gpuspark.plan.model import Plan
 
 __all__ = ["breakdown_rows", "format_duration", "plot_scaling", "sweep_rows"]
@@ -90,14 +91,10 @@ def plot_scaling(plans: Sequence[Plan], path: str | os.PathLike[str], title: str
     fig.tight_layout()
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=target.parent)
-    os.close(fd)
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, format="png", dpi=100)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a plot is for sharing
-        os.replace(tmp, target)
+        fig.savefig(png, format="png", dpi=100)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    storage.atomic_write_bytes(target, png.getvalue())
     return target

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspark.errors import PlanError, did_you_mean
+from gpuspark.plan.checks import PLAN_RANGES
 
 __all__ = [
     "CATALOGUE",
+    "RECIPE_WORKLOADS",
     "Reference",
     "Workload",
     "bert_large",
@@ -180,31 +182,31 @@ def recipe_workload(
 def custom_workload(params: int, flops_per_sample: float, name: str = "custom") -> Workload:
     """A model known only by its parameter count: one flat tensor (PowerSGD cannot be planned
     without shapes: it is refused for custom workloads by :func:`gpuspark.plan.predict`)."""
-    if params <= 0 or flops_per_sample <= 0:
-        raise PlanError(
-            f"--params and --flops-per-sample must be > 0, got {params} and {flops_per_sample}",
-            remedy="pass the model's parameter count and forward+backward FLOPs per sample",
-        )
+    remedy = "pass the model's parameter count and forward+backward FLOPs per sample"
+    PLAN_RANGES["params"].check(params, remedy)
+    PLAN_RANGES["flops_per_sample"].check(flops_per_sample, remedy)
     return Workload(name=name, shapes=((int(params),),), flops_per_sample=float(flops_per_sample))
 
 
 CATALOGUE = {"resnet50": resnet50, "bert-large": bert_large}
-_RECIPES = ("resnet3d", "resnet2d")
+RECIPE_WORKLOADS = ("resnet3d", "resnet2d")
+"""The recipes the planner builds and the calibration probes: MONAI ResNets on volumes and
+images (see :data:`gpuspark.plan.probe_checks.DOWNSAMPLING`)."""
 
 
 def workload_names() -> tuple[str, ...]:
     """Model names ``--model`` accepts."""
-    return (*CATALOGUE, *_RECIPES)
+    return (*CATALOGUE, *RECIPE_WORKLOADS)
 
 
 def find_workload(name: str) -> Workload:
     """The catalogue model or recipe ``name``; an unknown name raises with the choices."""
     if name in CATALOGUE:
         return CATALOGUE[name]()
-    if name in _RECIPES:
+    if name in RECIPE_WORKLOADS:
         return recipe_workload(name)
     names = workload_names()
     raise PlanError(
-        f"model {name!r} is unknown{did_you_mean(name, names)}",
+        f"--model {name!r} is unknown{did_you_mean(name, names)}",
         remedy="use one of: " + ", ".join(names) + ", or give --params and --flops-per-sample",
     )

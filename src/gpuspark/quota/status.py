@@ -11,11 +11,13 @@ ClusterQueue (Kueue) is named after the team.
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from gpuspark import storage
 from gpuspark.cluster.submit import embedded
 from gpuspark.errors import ClusterError
 from gpuspark.monitor.names import CUDA_ALLOCATED
@@ -105,7 +107,7 @@ def quota_status(
 
 def plot_usage(rows: list[TeamUsage], path: str | os.PathLike[str], title: str = "") -> Path:
     """A PNG bar chart: per team, GPUs guaranteed / max / in use (and GPU-hours used vs
-    guaranteed when known). Written with temp+rename."""
+    guaranteed when known). Written atomically (temp file + rename)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,9 +142,11 @@ def plot_usage(rows: list[TeamUsage], path: str | os.PathLike[str], title: str =
         ax2.set_title("GPU-hours over the window")
         ax2.legend()
     fig.tight_layout()
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png")
+    finally:
+        plt.close(fig)
     out = Path(path)
-    tmp = out.with_name(f".{out.name}.tmp")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    os.replace(tmp, out)
+    storage.atomic_write_bytes(out, png.getvalue())
     return out
