@@ -43,6 +43,11 @@ def doctor(
     Exit code 1 when any check fails."""
     if ctx.invoked_subcommand is not None:
         return
+    if probe and world_size is not None and world_size < 2:  # before any session starts
+        raise typer.BadParameter(
+            f"{world_size}: the probe times an allreduce between ranks; use 2 or more",
+            param_hint="--world-size",
+        )
     from gpuspark.doctor.live import run_checks
 
     report = run_checks(spec=spec, master=master, probe=probe, world_size=world_size)

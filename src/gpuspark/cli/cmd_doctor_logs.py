@@ -37,9 +37,10 @@ def logs(
     """Explain a failed job: known problems in the logs, where, the likely cause and the fix.
 
     Exit code 0 when the logs were read, whether or not a known problem was found (the
-    findings are the output); 1 when a path cannot be read; 2 for usage errors. Unknown logs
-    print "no known problem found" and their last error lines. With --spec, messages that
-    depend on the network (NCCL on sockets on an InfiniBand cluster) are checked too.
+    findings are the output); 1 when a path cannot be read or is neither a file nor a directory
+    (a FIFO, a device); 2 for usage errors. Unknown logs print "no known problem found" and
+    their last error lines (never INFO lines). With --spec, messages that depend on the
+    network (NCCL on sockets on an InfiniBand cluster) are checked too.
     """
     from gpuspark.doctor.logs import diagnose
 
@@ -76,7 +77,7 @@ def _show(n: int, f: Finding) -> None:
 
 def _summary(result: Diagnosis) -> None:
     read = f"{len(result.files)} file(s), {result.lines} line(s)"
-    skipped = f"; skipped {len(result.skipped)} non-text file(s)" if result.skipped else ""
+    skipped = f"; skipped {len(result.skipped)} file(s) that are not text" if result.skipped else ""
     if result.known:
         echo(f"{len(result.findings)} known problem(s) in {read}{skipped}")
         return

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark.doctor.anchors import MIN_ANCHOR, is_safe, literal_runs, required_literals
 from gpuspark.errors import GpusparkError
 
 if sys.version_info >= (3, 11):
@@ -115,6 +116,9 @@ class Entry:
     superseded_by: tuple[str, ...] = ()
     network: str | None = None
     """Only reported when the cluster's compute network is of this kind."""
+    anchors: tuple[str, ...] | None = None
+    """Literal texts one of which every match contains (searched before the pattern runs);
+    ``None``: the pattern is tried on every line."""
 
     def cause_for(self, values: Mapping[str, str | None]) -> str:
         """The cause with the line's figures filled in."""
@@ -196,6 +200,7 @@ def _entry(raw: dict[str, Any], n: int) -> Entry:
         raise _bad(where, f"pattern does not compile: {exc}") from exc
     if not any(pattern.search(line) for line in raw["example"].splitlines()):
         raise _bad(where, "the pattern does not match its example")
+    anchors = _anchors(raw, pattern, where)
     hints = tuple(Hint(h["when"], h["text"]) for h in raw.get("hints", []))
     for h in hints:
         unknown = [n for n in h.names() if n not in pattern.groupindex]
@@ -214,7 +219,28 @@ def _entry(raw: dict[str, Any], n: int) -> Entry:
         hints=hints,
         superseded_by=tuple(raw.get("superseded_by", [])),
         network=raw.get("network"),
+        anchors=anchors,
     )
+
+
+def _anchors(raw: dict[str, Any], pattern: re.Pattern[str], where: str) -> tuple[str, ...] | None:
+    """The entry's anchors: its ``anchor`` (checked to be a literal every match holds), else
+    the pattern's longest literal runs; each must be in the example lines the pattern matches."""
+    chosen = raw.get("anchor")
+    if chosen is None:
+        anchors = required_literals(pattern.pattern)
+    else:
+        branches = literal_runs(pattern.pattern) or []
+        held = len(branches) == 1 and any(chosen in run for run in branches[0])
+        if not (held and is_safe(chosen) and len(chosen) >= MIN_ANCHOR):
+            raise _bad(
+                where, f"anchor {chosen!r} is not a literal every match of the pattern holds"
+            )
+        anchors = (chosen,)
+    for line in raw["example"].splitlines():
+        if anchors and pattern.search(line) and not any(a in line for a in anchors):
+            raise _bad(where, f"anchors {anchors} miss the example line {line[:80]!r}")
+    return anchors
 
 
 def _xid(raw: dict[str, Any]) -> Xid:

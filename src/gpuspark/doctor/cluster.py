@@ -16,6 +16,7 @@ from gpuspark.errors import GpusparkError
 from gpuspark.launch import check_capacity
 
 __all__ = [
+    "CAPACITY_CHECK",
     "FACT_KEYS",
     "capacity_check",
     "discovery_output_check",
@@ -30,6 +31,8 @@ __all__ = [
 
 FACT_KEYS = ("python", "executable", "gpuspark", "torch")
 """What must be the same on the driver and every executor."""
+CAPACITY_CHECK = "training capacity"
+"""The name of :func:`capacity_check`'s check (the probe is skipped when it fails)."""
 _TASK_HOST = re.compile(r"\((\S+) executor (\S+)\)")
 _PYTHON_FIX = (
     "point spark.pyspark.python / PYSPARK_PYTHON at the driver's Python (the same path on every "
@@ -203,7 +206,7 @@ def slot_check(conf: Mapping[str, str], simulated: bool) -> Check:
 def capacity_check(cap: Any, world_size: int | None) -> Check:
     """Whole-GPU barrier slots vs the world size asked for (``None``: just report them)."""
 
-    name = "training capacity"
+    name = CAPACITY_CHECK
     gpus_per_task = 1.0 if cap.gpus_per_executor > 0 else 0.0
     slots = cap.slots(gpus_per_task)
     unit = "whole-GPU" if gpus_per_task else "CPU"

@@ -20,6 +20,7 @@ from gpuspark.cluster.local import LocalCluster
 from gpuspark.cluster.session import JobKind, job_session, session_plan
 from gpuspark.doctor import task
 from gpuspark.doctor.cluster import (
+    CAPACITY_CHECK,
     capacity_check,
     discovery_output_check,
     disjoint_check,
@@ -57,7 +58,8 @@ def run_checks(
 ) -> Report:
     """Every live check: this node (Java, pyspark, NVIDIA stack, InfiniBand, NCCL variables),
     the cluster (master, workers, executors' Python, GPU discovery and slots, capacity for
-    ``world_size`` whole-GPU ranks, dynamic allocation) and, with ``probe``, an allreduce.
+    ``world_size`` whole-GPU ranks, dynamic allocation) and, with ``probe``, an allreduce
+    (skipped when the capacity check says its ranks cannot all start).
 
     ``spec``: a :class:`~gpuspark.spec.ClusterSpec`, a file, or ``None`` (``$GPUSPARK_SPEC`` or
     the built-in spec); ``master`` overrides its master. Nothing raises for what it finds: each
@@ -69,8 +71,17 @@ def run_checks(
     report.add(node_checks(spec_obj))
     report.add(cluster_checks(spec, master, world_size))
     if probe:
-        report.add(run_probe(spec, master, world_size, spark=_active_session()))
+        report.add(_probe(report, spec, master, world_size))
     return report
+
+
+def _probe(report: Report, spec: Any, master: str | None, world_size: int | None) -> Check:
+    """The probe, unless the capacity check already says its ranks cannot all start."""
+    unfit = [c for c in report.failures if c.name == CAPACITY_CHECK]
+    if unfit:
+        return skipped("collective probe", f"{CAPACITY_CHECK} failed: {unfit[0].evidence}",
+                       unfit[0].fix)  # fmt: skip
+    return run_probe(spec, master, world_size, spark=_active_session())
 
 
 def _active_session() -> Any:

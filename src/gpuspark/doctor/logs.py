@@ -10,29 +10,53 @@ JSON lines (Spark event logs, gpuspark's error files) are read value by value: e
 in the record is matched line by line, so a stack trace inside ``"Full Stack Trace"`` or a
 ``"Failure Reason"`` is found like a line of a plain log. A gpuspark rank error file also
 yields the line the driver prints for it (``rank N failed: Type: message``).
+
+Speed: each entry has *anchors* (literal texts every match holds, see
+:mod:`gpuspark.doctor.anchors`); a block of a file is searched for them with ``bytes.find``, and
+only lines holding one are decoded and matched. The error tail is read from the end of the
+last files, not from every line. Lines logged at INFO, DEBUG or TRACE, and log4j configuration
+text, are never error lines.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from gpuspark.doctor.catalogue import Catalogue, Entry, load_catalogue
-from gpuspark.errors import GpusparkError
+from gpuspark.doctor.logfiles import LogSource, log_sources
 
 __all__ = ["Diagnosis", "ErrorLine", "Finding", "diagnose", "diagnose_text"]
 
 ERROR_TAIL = 10
 """How many error-looking lines an unexplained diagnosis shows."""
 _EXCERPT = 400
-_BINARY_SUFFIXES = (".pkl", ".lz4", ".zstd", ".zst", ".snappy", ".lzf", ".parquet", ".pt")
-_ERRORISH = re.compile(r"(?i)(error|exception|traceback|fatal|fail|killed|timed out|refused|abort)")
+_ERROR_WORDS = ("error", "exception", "traceback", "fatal", "fail", "killed", "timed out",
+                "refused", "abort")  # fmt: skip
+_ERRORISH = re.compile("(?i)" + "|".join(_ERROR_WORDS))
+_ERROR_BYTES = tuple(w.encode() for w in _ERROR_WORDS)
+_RANK_TAG = r"(?:\[rank ?\d+\]:?\s*)?"
+_QUIET = re.compile(
+    _RANK_TAG + r"(?:(?:(?!(?:ERROR|WARN|WARNING|FATAL|SEVERE)\b)\S*[^\s:]\s+){0,3}?"
+    r"(?:INFO|DEBUG|TRACE)\b|\[?[ID]\d{4} \d\d:\d\d:\d\d)"
+)
+"""A line logged at INFO, DEBUG or TRACE (log4j, Python logging, NCCL, glog's I/D prefix):
+the level within the first words, none of which ends with ":" ("ValueError: INFO ...")."""
+_QUIET_LEVELS = {"INFO", "DEBUG", "TRACE"}
+_CONFIG = re.compile(
+    r"\s*(?:rootLogger|rootCategory|appender|logger|status|filter|property|log4j)[\w.$-]*\s*="
+)
+"""A line of a log4j (1 or 2) properties file."""
+_COMMENT = re.compile(r"\s*[#!]")
+_TAIL_SPAN = 1 << 18
+"""Bytes from a file's end first read for its error tail (grown until the tail is full)."""
+_RANK_RECORD = b'"rank"'
+"""In a block: maybe a gpuspark rank error record, whose driver line every entry may match."""
+_JOIN_IDS = ("torch-rank-never-joined", "torch-store-clients-missing")
 _RANK_PREFIX = re.compile(r"^\[rank ?(\d+)\]:?")
 _RANK_FILE = re.compile(r"(?:^|[-_/])rank-?(\d+)(?:\.|$)")
 _NCCL_HOST = re.compile(r"^(?P<host>[\w.-]+):\d+:\d+ \[\d+\] NCCL ")
@@ -106,7 +130,8 @@ class Diagnosis:
     lines: int
     error_lines: list[ErrorLine]
     skipped: list[str] = field(default_factory=list)
-    """Files not read (binary or compressed in a form gpuspark does not read)."""
+    """Files not read: binary, compressed in a form gpuspark does not read, or in a directory
+    but not a regular file (a FIFO, a socket, a device, a dangling link)."""
 
     @property
     def known(self) -> bool:
@@ -129,33 +154,7 @@ class Diagnosis:
         }
 
 
-# --------------------------------------------------------------------------- reading
-
-
-def _files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            yield from sorted(p for p in path.rglob("*") if p.is_file())
-        elif path.is_file():
-            yield path
-        else:
-            raise GpusparkError(
-                f"{path}: no such log file or directory",
-                remedy="pass log files or directories (driver log, event log dir, rank logs)",
-            )
-
-
-def _open(path: Path) -> TextIO | None:
-    """A text stream over the file, or ``None`` for a file that is not text."""
-    if path.name.endswith(_BINARY_SUFFIXES):
-        return None
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    with path.open("rb") as fh:
-        if b"\0" in fh.read(8192):
-            return None
-    return path.open(encoding="utf-8", errors="replace")
+# --------------------------------------------------------------------------- lines
 
 
 def _strings(obj: Any) -> Iterator[str]:
@@ -177,21 +176,73 @@ def _json_texts(obj: Any) -> Iterator[str]:
         yield from text.splitlines()
 
 
-def _texts(line: str) -> Iterator[str]:
+def _record(line: str) -> Any:
+    """The JSON value of a line that holds one record, else ``None``."""
     stripped = line.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
         try:
-            yield from _json_texts(json.loads(stripped))
-            return
+            return json.loads(stripped)
         except ValueError:
-            pass
-    yield line.rstrip("\r\n")
+            return None
+    return None
 
 
-def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
-    for n, line in enumerate(stream, 1):
-        for text in _texts(line):
-            yield n, text
+def _texts(line: str) -> Iterator[str]:
+    record = _record(line)
+    if record is None:
+        yield line
+    else:
+        yield from _json_texts(record)
+
+
+def _quiet_record(record: Any) -> bool:
+    """A structured log record (Spark's JSON layout, JSON loggers) at INFO or below."""
+    if not isinstance(record, dict):
+        return False
+    level = record.get("level", record.get("levelname", record.get("severity")))
+    return str(level).upper() in _QUIET_LEVELS
+
+
+def _leveled_texts(line: str) -> Iterator[tuple[str, bool]]:
+    """``(text, quiet)`` for each text of ``line``: quiet when logged at INFO or below."""
+    record = _record(line)
+    if record is None:
+        yield line, bool(_QUIET.match(line))
+        return
+    quiet = _quiet_record(record)
+    for text in _json_texts(record):
+        yield text, quiet
+
+
+def _line_at(data: bytes, start: int) -> tuple[str, int]:
+    """The line of ``data`` that starts at ``start`` (decoded) and the offset of its end."""
+    end = data.find(b"\n", start)
+    end = len(data) if end < 0 else end
+    return data[start:end].decode("utf-8", "replace").rstrip("\r"), end
+
+
+def _starts(data: bytes, needles: Iterable[bytes], low: bytes | None = None) -> set[int]:
+    """Where the lines of ``data`` that hold any of ``needles`` start (searched in ``low``,
+    e.g. ``data.lower()``, when given)."""
+    hay = data if low is None else low
+    out: set[int] = set()
+    for needle in needles:
+        pos = hay.find(needle)
+        while pos >= 0:
+            start = hay.rfind(b"\n", 0, pos) + 1
+            out.add(start)
+            end = hay.find(b"\n", pos)
+            pos = -1 if end < 0 else hay.find(needle, end)
+    return out
+
+
+def _numbered(data: bytes, first: int, starts: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """``(line number, start)`` for the line starts, in order (``first``: data's first line)."""
+    n, prev = first, 0
+    for start in sorted(starts):
+        n += data.count(b"\n", prev, start)
+        prev = start
+        yield n, start
 
 
 # --------------------------------------------------------------------------- matching
@@ -212,26 +263,56 @@ def _rank_host(
 
 
 class _Matcher:
-    """Matches lines; keeps findings (first per entry, or every one) and the error tail."""
+    """Matches lines; keeps findings (first per entry, or every one)."""
 
     def __init__(self, cat: Catalogue, network: str | None, every: bool) -> None:
         self.cat = cat
         self.entries = [e for e in cat.entries if e.network is None or e.network == network]
+        self.anchored = [e for e in self.entries if e.anchors]
+        self.unanchored = [e for e in self.entries if not e.anchors]
+        self.needles: dict[bytes, list[Entry]] = {}
+        for e in self.anchored:
+            for a in e.anchors or ():
+                self.needles.setdefault(a.encode(), []).append(e)
         self.every = every
         self.findings: list[Finding] = []
         self.first: dict[str, Finding] = {}
-        self.error_lines: list[ErrorLine] = []
-        self.lines = 0
 
-    def line(self, name: str, n: int, text: str) -> None:
-        self.lines += 1
-        hits = [(e, m) for e in self.entries if (m := e.pattern.search(text))]
+    def source(self, src: LogSource) -> None:
+        """Match every line of ``src``."""
+        for first, block in src.blocks():
+            self.block(src.name, first, block)
+
+    def block(self, name: str, first: int, data: bytes) -> None:
+        """Match the whole lines of ``data``, whose first line is line ``first``: only the
+        lines that hold an anchor (every line when an entry has none)."""
+        present = [needle for needle in self.needles if needle in data]
+        record = _RANK_RECORD in data  # its driver line may match any entry
+        starts: Iterable[int]
+        if self.unanchored:
+            candidates, starts = self.entries, _all_starts(data)
+        elif record:
+            candidates, starts = self.entries, _starts(data, [*present, _RANK_RECORD])
+        else:
+            found = {id(e): e for needle in present for e in self.needles[needle]}
+            candidates, starts = list(found.values()), _starts(data, present)
+        for n, start in _numbered(data, first, starts):
+            line, _ = _line_at(data, start)
+            for text in _texts(line):
+                self.text(name, n, text, candidates)
+
+    def text(self, name: str, n: int, text: str, candidates: list[Entry]) -> None:
+        """Match one text (a line, or a line of a JSON record) against ``candidates``."""
+        hits = [
+            (e, m)
+            for e in candidates
+            if (not e.anchors or any(a in text for a in e.anchors))
+            and (m := e.pattern.search(text))
+        ]
         ids = {e.id for e, _ in hits}
         for entry, match in hits:
             if not ids.intersection(entry.superseded_by):
                 self._add(entry, match, name, n, text)
-        if _ERRORISH.search(text):
-            self.error_lines = [*self.error_lines[-(ERROR_TAIL - 1) :], ErrorLine(name, n, text)]
 
     def _add(self, entry: Entry, match: re.Match[str], name: str, n: int, text: str) -> None:
         if not self.every and entry.id in self.first:
@@ -247,6 +328,115 @@ class _Matcher:
         self.findings.append(finding)
         self.first.setdefault(entry.id, finding)
 
+    def result(self) -> list[Finding]:
+        """The findings, less the join timeouts that name a rank which itself waited."""
+        return _drop_waiting_named(self.findings)
+
+
+def _all_starts(data: bytes) -> list[int]:
+    starts = [0]
+    pos = data.find(b"\n")
+    while 0 <= pos < len(data) - 1:
+        starts.append(pos + 1)
+        pos = data.find(b"\n", pos + 1)
+    return starts
+
+
+def _drop_waiting_named(findings: list[Finding]) -> list[Finding]:
+    """A "rank R never joined" finding is wrong when rank R itself reported a join timeout:
+    R was there, waiting too (rank 0 hosting torch's store waits for the clients, and the
+    other ranks then wait for rank 0's address); the store's own count tells the story."""
+    waited = {f.rank for f in findings if f.entry.id in _JOIN_IDS and f.rank is not None}
+    return [
+        f
+        for f in findings
+        if not (f.entry.id == _JOIN_IDS[0] and _as_int(f.values.get("missing")) in waited)
+    ]
+
+
+def _as_int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+# --------------------------------------------------------------------------- error tail
+
+
+def _config_around(data: bytes, start: int, end: int) -> bool:
+    """Whether the comment line ``data[start:end]`` belongs to log4j configuration text: the
+    next line that is neither blank nor a comment is a configuration line (at the end of the
+    text: the line before it is)."""
+    pos = end + 1
+    while pos < len(data):
+        line, pos_end = _line_at(data, pos)
+        if line.strip() and not _COMMENT.match(line):
+            return bool(_CONFIG.match(line))
+        pos = pos_end + 1
+    before = data[:start].rstrip(b"\n").split(b"\n")
+    for raw in reversed(before):
+        line = raw.decode("utf-8", "replace")
+        if line.strip() and not _COMMENT.match(line):
+            return bool(_CONFIG.match(line))
+    return False
+
+
+def _error_lines(name: str, first: int, data: bytes) -> list[ErrorLine]:
+    """The lines of ``data`` that look like errors, in order: not logged at INFO or below,
+    not log4j configuration text."""
+    out: list[ErrorLine] = []
+    for n, start in _numbered(data, first, _starts(data, _ERROR_BYTES, data.lower())):
+        line, end = _line_at(data, start)
+        if _CONFIG.match(line) or (_COMMENT.match(line) and _config_around(data, start, end)):
+            continue
+        out += [ErrorLine(name, n, t) for t, quiet in _leveled_texts(line)
+                if not quiet and _ERRORISH.search(t)]  # fmt: skip
+    return out
+
+
+def _file_tail(src: LogSource, need: int) -> list[ErrorLine]:
+    """The last ``need`` error lines of ``src``, read from its end."""
+    if src.name.endswith(".properties"):  # a log4j configuration, not a log
+        return []
+    span = _TAIL_SPAN
+    while True:
+        first, data, whole = src.suffix(span)
+        found = _error_lines(src.name, first, data)
+        if len(found) >= need or whole:
+            return found[len(found) - need :] if len(found) > need else found
+        span *= 8
+
+
+def _error_tail(sources: list[LogSource]) -> list[ErrorLine]:
+    """The last :data:`ERROR_TAIL` error lines of the sources, in reading order."""
+    out: list[ErrorLine] = []
+    for src in reversed(sources):
+        if len(out) >= ERROR_TAIL:
+            break
+        out = _file_tail(src, ERROR_TAIL - len(out)) + out
+    return out
+
+
+# --------------------------------------------------------------------------- diagnose
+
+
+def _diagnose(
+    sources: list[LogSource],
+    skipped: list[str],
+    network: str | None,
+    every: bool,
+    catalogue: Catalogue | None,
+) -> Diagnosis:
+    matcher = _Matcher(catalogue or load_catalogue(), network, every)
+    read: list[LogSource] = []
+    for src in sources:
+        if not src.is_text():
+            skipped.append(src.name)
+            continue
+        matcher.source(src)
+        read.append(src)
+    lines = sum(src.lines for src in read)
+    names = [src.name for src in read]
+    return Diagnosis(matcher.result(), names, lines, _error_tail(read), skipped)
+
 
 def diagnose(
     paths: Iterable[str | os.PathLike[str]],
@@ -261,21 +451,11 @@ def diagnose(
     ``network`` is the cluster's compute network (``"infiniband"`` / ``"ethernet"``, from the
     spec): entries that only mean something on one kind are reported only then. ``every``
     lists each occurrence; by default each entry is reported once, at its first line, with a
-    count. A path that does not exist raises :class:`~gpuspark.errors.GpusparkError`.
+    count. A path that does not exist, or is neither a regular file nor a directory (a FIFO,
+    a device), raises :class:`~gpuspark.errors.GpusparkError` before anything is read.
     """
-    matcher = _Matcher(catalogue or load_catalogue(), network, every)
-    files: list[str] = []
-    skipped: list[str] = []
-    for path in _files(paths):
-        stream = _open(path)
-        if stream is None:
-            skipped.append(str(path))
-            continue
-        files.append(str(path))
-        with stream:
-            for n, text in _lines(stream):
-                matcher.line(str(path), n, text)
-    return Diagnosis(matcher.findings, files, matcher.lines, matcher.error_lines, skipped)
+    sources, skipped = log_sources(paths)
+    return _diagnose(sources, skipped, network, every, catalogue)
 
 
 def diagnose_text(
@@ -287,9 +467,4 @@ def diagnose_text(
     catalogue: Catalogue | None = None,
 ) -> Diagnosis:
     """:func:`diagnose` for log text already in memory (an exception message, an excerpt)."""
-    import io
-
-    matcher = _Matcher(catalogue or load_catalogue(), network, every)
-    for n, line in _lines(io.StringIO(text)):
-        matcher.line(name, n, line)
-    return Diagnosis(matcher.findings, [name], matcher.lines, matcher.error_lines)
+    return _diagnose([LogSource.from_text(name, text)], [], network, every, catalogue)

@@ -72,6 +72,26 @@ def _adopt(req: LaunchRequest, job: JobContext) -> JobContext:
 
 
 def _attempts(req: LaunchRequest, sc: Any, job: JobContext) -> Any:
+    try:
+        return _attempts_on(req, sc, job)
+    except LaunchError as exc:
+        _to_driver_log(sc, exc)
+        raise
+
+
+def _to_driver_log(sc: Any, exc: LaunchError) -> None:
+    """A failed launch on Spark also goes to the driver log (WARN: the console shows only
+    ERROR, and the caller gets the error itself), where ``gpuspark doctor logs`` reads it:
+    the driver log otherwise holds Spark's view only, in which the barrier stage succeeded."""
+    if sc is None:
+        return
+    try:
+        sc._jvm.org.apache.logging.log4j.LogManager.getLogger("gpuspark").warn(str(exc))
+    except Exception:  # a log line never hides the launch's own error
+        pass
+
+
+def _attempts_on(req: LaunchRequest, sc: Any, job: JobContext) -> Any:
     run_id = job.run_id
     if sc is not None:
         req.master = req.master or str(sc.master)

@@ -59,15 +59,15 @@ def _counting(original: Any, buffer_arg: str) -> Any:
     def call(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind_partial(*args, **kwargs).arguments
         meter = _METERS.get(id(bound.get("group")))
-        if meter is None or getattr(_DEPTH, "n", 0):
+        if meter is None or getattr(_DEPTH, "inside", False):
             return original(*args, **kwargs)
         tensor = bound[buffer_arg]
-        _DEPTH.n = 1
+        _DEPTH.inside = True
         t0 = time.perf_counter()
         try:
             return original(*args, **kwargs)
         finally:
-            _DEPTH.n = 0
+            _DEPTH.inside = False
             blocked = 0.0 if bound.get("async_op") else time.perf_counter() - t0
             meter.on_collective(tensor.numel() * tensor.element_size(), blocked)
 
