@@ -22,9 +22,7 @@ def launch(
     script_args: Annotated[
         list[str] | None, typer.Argument(help="Arguments of the script, after --.")
     ] = None,
-    num_processes: Annotated[
-        int, typer.Option("-n", "--num-processes", help="Ranks.", min=1)
-    ] = 1,
+    num_processes: Annotated[int, typer.Option("-n", "--num-processes", help="Ranks.", min=1)] = 1,
     gpus_per_process: Annotated[
         float, typer.Option("--gpus-per-process", help="Whole GPUs per rank (0: CPU ranks).")
     ] = 1,
