@@ -3,7 +3,7 @@
 One Spark DataFrame of ``--rows`` rows x 50 columns (an id, a 0/1 label and 48 double
 features drawn with ``rand``/``randn``), generated on the fly by the same plan for every run:
 
-1. **materialise**: ``gpuspark.data.table.write_table`` (what ``from_dataframe`` runs on a
+1. **materialise**: ``gpuspark.data.format.table.write_table`` (what ``from_dataframe`` runs on a
    cache miss) against ``df.write.parquet`` on the same cluster, alternating, median of
    ``--runs``; the ratio is parquet's time over gpuspark's (>= 1: gpuspark is faster).
 2. **read into tensors**, batch 4096: ``TableDataset`` with the ``FeaturesLabel`` transform
@@ -53,7 +53,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def _write_runs(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from gpuspark.data.table import write_table
+    from gpuspark.data.format.table import write_table
 
     df = _frame(spark, args.rows, args.partitions)
     writers: dict[str, Callable[[], Any]] = {
@@ -87,8 +87,8 @@ def _summary(times: list[float], rows: int) -> dict[str, Any]:
 
 
 def _read_gpuspark(path: Path, shuffle: bool) -> int:
+    from gpuspark.data.frame import FeaturesLabel
     from gpuspark.data.load import TableDataset, World
-    from gpuspark.data.table import FeaturesLabel
 
     names = [f"f{i:02d}" for i in range(FEATURES)]
     ds = TableDataset(
@@ -150,7 +150,7 @@ def _read_runs_count(args: argparse.Namespace) -> int:
 
 
 def _cache_runs(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from gpuspark.data.table import from_dataframe
+    from gpuspark.data.frame import from_dataframe
 
     tracker = spark.sparkContext.statusTracker()
     cache = work / "cache"

@@ -14,7 +14,7 @@ import pytest
 
 from gpuspark.data import format as fmt
 from gpuspark.data import from_dataframe
-from gpuspark.data.table import TableInfo
+from gpuspark.data.format.table import TableInfo
 from gpuspark.errors import TableError
 
 pytestmark = pytest.mark.spark

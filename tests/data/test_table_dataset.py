@@ -21,15 +21,15 @@ import pyarrow as pa
 import pytest
 
 from gpuspark.data import format as fmt
-from gpuspark.data.load import LoaderError, TableDataset, World
-from gpuspark.data.table import (
-    FeaturesLabel,
+from gpuspark.data.format.table import (
     TableColumn,
     TableError,
     TableInfo,
     encode_block,
     rechunk,
 )
+from gpuspark.data.frame import FeaturesLabel
+from gpuspark.data.load import LoaderError, TableDataset, World
 from gpuspark.data.write import ShardWriter
 
 ID = TableColumn("id", "number", "int64")
@@ -396,7 +396,7 @@ _FIT = textwrap.dedent(
     import json, sys
     import torch
     from gpuspark.data.load import TableDataset
-    from gpuspark.data.table import FeaturesLabel
+    from gpuspark.data.frame import FeaturesLabel
     from gpuspark.train import prepare
     from gpuspark.train.loop import FitConfig, fit
 
@@ -488,8 +488,9 @@ def test_read_speed(tmp_path: Path) -> None:
 
 
 def test_features_label_casts_neighbouring_columns_of_one_matrix_in_one_pass() -> None:
-    from gpuspark.data.table import BlockParts, FeaturesLabel
-    from gpuspark.data.table.batch import TableBatch
+    from gpuspark.data.format.table import BlockParts
+    from gpuspark.data.format.table.batch import TableBatch
+    from gpuspark.data.frame import FeaturesLabel
 
     matrix = np.arange(60, dtype=np.float64).reshape(10, 6) / 7
     positions = {f"c{j}": ("float64", j) for j in range(6)} | {"y": ("int64", 0)}
@@ -546,7 +547,7 @@ def test_views_for_a_view_safe_transform_give_the_same_batches(
     """FeaturesLabel declares ``reads_views``: read in order, it gets views of the mapped
     shards (batches that straddle blocks are copied); the result must equal the copying path
     (the same transform hidden behind a plain function), and own its memory."""
-    from gpuspark.data.table import FeaturesLabel
+    from gpuspark.data.frame import FeaturesLabel
 
     path = write_table_ds(
         tmp_path / "wide", WIDE, {None: wide_table(700)}, block_rows=64, shard_bytes=9000

@@ -21,6 +21,8 @@ This package is the format's public face; each job has its own module:
 ``hashing``         shard content hashes
 ``manifest``        :class:`Manifest`, load and commit
 ``verify``          :func:`inspect_dataset`, :func:`verify_dataset`
+``table``           the table format: row blocks by column, :func:`~.table.write_table`
+                    (a sub-package, imported on use: ``gpuspark.data.format.table``)
 ==================  ===========================================================================
 
 Import from ``gpuspark.data.format``; the module layout behind it may change.

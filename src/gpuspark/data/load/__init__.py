@@ -9,9 +9,10 @@ The public face of the loader side; the modules behind it, one job each:
 - :mod:`~gpuspark.data.load.cache`: the node-local cache of remote shards;
 - :mod:`~gpuspark.data.load.decode`: stored samples to model input (:class:`ImageDecode`);
 - :mod:`~gpuspark.data.load.dataset`: :class:`ShardDataset`, the ``IterableDataset``;
+- :mod:`~gpuspark.data.load.base`: what the loaders share (options, length, resume, stats);
 - :mod:`~gpuspark.data.load.loader`: :class:`Loader`, batches prepared ahead of the loop;
 - :mod:`~gpuspark.data.load.table`: :class:`TableDataset`, batches of rows of table datasets
-  (:mod:`gpuspark.data.table`), planned by :mod:`~gpuspark.data.load.table_order` and
+  (:mod:`gpuspark.data.format.table`), planned by :mod:`~gpuspark.data.load.table_order` and
   prefetched by :class:`TableLoader` (:mod:`~gpuspark.data.load.table_loader`).
 """
 

@@ -5,22 +5,16 @@ copied to a CUDA device on a side stream one batch ahead.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from gpuspark.data import format as fmt
+from gpuspark.data.load.base import LoaderBase
 from gpuspark.data.load.dataset import ShardDataset, iterable_base
 from gpuspark.data.load.order import LoaderError
-from gpuspark.data.load.prefetch import (
-    check_options,
-    loader_device,
-    map_tensors,
-    mover,
-    thread_ahead,
-)
+from gpuspark.data.load.prefetch import map_tensors, mover, thread_ahead
 from gpuspark.data.load.world import in_worker
 
 __all__ = ["Loader", "collate"]
@@ -88,7 +82,7 @@ def _finish(samples: list[Any], counters: dict[str, int]) -> _Item:
     return "batch", collate(samples), counters
 
 
-class Loader:
+class Loader(LoaderBase[ShardDataset]):
     """Iterates batches of a :class:`ShardDataset` while the next ones are being prepared.
 
     ``num_workers=0``: one background thread reads and decodes ``prefetch`` batches ahead
@@ -109,72 +103,46 @@ class Loader:
         pin_memory: bool = True,
         device: Any = None,
     ) -> None:
-        check_options(batch_size, num_workers, prefetch)
-        self.dataset = dataset
-        self.batch_size, self.num_workers, self.prefetch = batch_size, num_workers, prefetch
-        self.device = loader_device(device)
-        self.cuda = self.device is not None and self.device.type == "cuda"
-        self.pin_memory = pin_memory and self.cuda
-        self.wait_times: list[float] = []
-        self._counts = {"batches": 0, "samples": 0, "skipped_corrupt": 0}
+        super().__init__(
+            dataset,
+            batch_size,
+            num_workers=num_workers,
+            prefetch=prefetch,
+            pin_memory=pin_memory,
+            device=device,
+        )
+        self._counts["skipped_corrupt"] = 0
         self._cache: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        """Batches left in the current epoch of this rank."""
-        ds = self.dataset
-        left = ds.samples_per_rank - ds.consumed
-        left = ds.samples_per_rank if left <= 0 else left
-        return -(-left // self.batch_size)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The dataset's resume state (see :meth:`ShardDataset.state_dict`)."""
-        return self.dataset.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the dataset's position."""
-        self.dataset.load_state_dict(state)
 
     def stats(self) -> dict[str, float | int]:
         """Totals since this loader was made: batches, samples, wait seconds, cache hits /
         misses / bytes fetched, corrupt records skipped."""
-        out: dict[str, float | int] = dict(self._counts)
-        out["wait_s"] = float(sum(self.wait_times))
+        out = super().stats()
         for key in ("cache_hits", "cache_misses", "cache_bytes_fetched", "cache_evictions"):
             out[key] = self._cache.get(key, 0)
         return out
 
-    def __iter__(self) -> Iterator[Any]:
-        self.dataset.begin_epoch()
-        source = self._source()
+    def _source(self) -> Iterator[_Item]:
+        source = self._prepared()
         if self.cuda:
-            source = _cuda_ahead(source, self.device)
-        elif self.device is not None:
+            return _cuda_ahead(source, self.device)
+        if self.device is not None:
             move = mover(self.device)
-            source = ((k, map_tensors(b, move) if k == "batch" else b, c) for k, b, c in source)
-        return self._timed(source)
+            return ((k, map_tensors(b, move) if k == "batch" else b, c) for k, b, c in source)
+        return source
 
-    def _timed(self, source: Iterator[_Item]) -> Iterator[Any]:
-        try:
-            t0 = time.perf_counter()
-            for kind, batch, counters in source:
-                if kind == "error":
-                    raise fmt.CorruptRecordError(*batch)
-                self._account(counters)
-                if kind == "empty":
-                    raise LoaderError(
-                        "every record of a batch is corrupt (on_error='skip' has nothing to "
-                        "deliver for this step)",
-                        remedy="check the dataset with `gpuspark shards verify`",
-                    )
-                self.wait_times.append(time.perf_counter() - t0)
-                self._counts["batches"] += 1
-                self._counts["samples"] += _batch_len(batch)
-                yield batch
-                t0 = time.perf_counter()
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
+    def _accept(self, item: _Item) -> tuple[Any, int]:
+        kind, batch, counters = item
+        if kind == "error":
+            raise fmt.CorruptRecordError(*batch)
+        self._account(counters)
+        if kind == "empty":
+            raise LoaderError(
+                "every record of a batch is corrupt (on_error='skip' has nothing to "
+                "deliver for this step)",
+                remedy="check the dataset with `gpuspark shards verify`",
+            )
+        return batch, _batch_len(batch)
 
     def _account(self, counters: dict[str, int]) -> None:
         self.dataset.consumed += counters.get("positions", 0)
@@ -184,7 +152,7 @@ class Loader:
             if key.startswith("cache_"):
                 self._cache[key] = self._cache.get(key, 0) + value
 
-    def _source(self) -> Iterator[_Item]:
+    def _prepared(self) -> Iterator[_Item]:
         source = _BatchSource(self.dataset, self.batch_size)
         if self.num_workers == 0:
             return thread_ahead(iter(source), self.prefetch, _pinned if self.pin_memory else None)

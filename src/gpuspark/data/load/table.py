@@ -1,6 +1,6 @@
 """``TableDataset``: exact, resumable, vectorised reading of table datasets for DDP training.
 
-A table dataset stores blocks of rows column by column (:mod:`gpuspark.data.table`); this
+A table dataset stores blocks of rows column by column (:mod:`gpuspark.data.format.table`); this
 reader turns a shuffle window of blocks into column arrays with a few numpy calls and cuts
 them into batches ``{column: array}`` (or ``transform(batch)``). The epoch's order and exact
 split come from :class:`~gpuspark.data.load.table_order.TableOrder`, from the manifest only.
@@ -19,14 +19,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuspark.data import format as fmt
+from gpuspark.data.format.table import (
+    BlockParts,
+    TableColumn,
+    TableInfo,
+    decode_parts,
+    number_index,
+)
+from gpuspark.data.format.table.batch import TableBatch
+from gpuspark.data.format.table.blocks import concat_parts
 from gpuspark.data.load.access import OpenShards
 from gpuspark.data.load.dataset import select_shards
 from gpuspark.data.load.decode import decode_example_views
 from gpuspark.data.load.table_order import DEFAULT_SHUFFLE_ROWS, TableOrder
 from gpuspark.data.load.world import World
-from gpuspark.data.table import BlockParts, TableColumn, TableInfo, decode_parts, number_index
-from gpuspark.data.table.batch import TableBatch
-from gpuspark.data.table.blocks import concat_parts
 from gpuspark.errors import LoaderError, TableError
 
 if TYPE_CHECKING:
@@ -45,7 +51,7 @@ class TableDataset:
     Batches are dicts of arrays: numbers 1-D (a ``numpy.ma`` masked array when the rows read
     together hold a null), fixed-width arrays 2-D, strings / binaries / ragged arrays numpy
     object arrays; ``transform(batch)`` replaces the dict when given (e.g.
-    :class:`gpuspark.data.table.FeaturesLabel`). ``shuffle_rows`` is the row-shuffle window.
+    :class:`gpuspark.data.frame.FeaturesLabel`). ``shuffle_rows`` is the row-shuffle window.
     ``world`` overrides detection (tests, custom launchers).
     """
 

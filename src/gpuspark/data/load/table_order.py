@@ -1,6 +1,6 @@
 """The epoch order of a table dataset: which rows of which blocks each rank reads, in which order.
 
-A table dataset's records are *blocks* of rows (:mod:`gpuspark.data.table`). From the
+A table dataset's records are *blocks* of rows (:mod:`gpuspark.data.format.table`). From the
 manifest alone (rows per shard, ``block_rows``), an epoch is laid out as:
 
 1. **Block order.** With ``shuffle`` the blocks are permuted with a generator seeded by

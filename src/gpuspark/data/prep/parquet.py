@@ -6,7 +6,7 @@ Rows with a null label or id, or a numeric value that is infinite (or not a numb
 quarantine table, counted, never dropped silently. Splits are by a stable hash of the id column
 so that no entity is in two splits. Spark does every pass: labels and row counts, the
 quarantined rows, the numeric statistics (one aggregation), the vocabularies (one job) and the
-write (:func:`gpuspark.data.table.write_table`).
+write (:func:`gpuspark.data.format.table.write_table`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
+from gpuspark.data.format.table import DEFAULT_BLOCK_ROWS, write_table
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
@@ -43,7 +44,6 @@ from gpuspark.data.prep.parquet_stats import (
     tag_rows,
 )
 from gpuspark.data.prep.progress import Progress
-from gpuspark.data.table import DEFAULT_BLOCK_ROWS, write_table
 from gpuspark.errors import PrepError
 
 __all__ = ["prep_parquet"]

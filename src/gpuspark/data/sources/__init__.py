@@ -6,12 +6,14 @@ writes a quarantine row, nothing is dropped silently.
 
 The public face of the source side; the modules behind it, one job each:
 
+- :mod:`~gpuspark.data.sources.base`: the :class:`Source` protocol a new input type
+  implements (list inputs, read a header, group into samples, read a sample);
 - :mod:`~gpuspark.data.sources.records`: what every reader shares - quarantine errors,
   patient-id hashing, stable splits, label tables, reading an input by URI;
 - :mod:`~gpuspark.data.sources.dicom_header`: DICOM headers, slice geometry and ordering;
 - :mod:`~gpuspark.data.sources.dicom`: series to volumes - HU, resampling, windows,
-  :func:`prep_series`;
-- :mod:`~gpuspark.data.sources.images`: image folders, :func:`prep_image`;
+  :func:`prep_series`, :class:`DicomSource`;
+- :mod:`~gpuspark.data.sources.images`: image folders, :func:`prep_image`, :class:`ImageSource`;
 - :mod:`~gpuspark.data.sources.listing`: listing a source tree inside the Spark tasks.
 
 Import from ``gpuspark.data.sources``; the module layout behind it may change.
@@ -19,9 +21,11 @@ Import from ``gpuspark.data.sources``; the module layout behind it may change.
 
 from __future__ import annotations
 
+from gpuspark.data.sources.base import Source
 from gpuspark.data.sources.dicom import (
     WINDOW_PRESETS,
     DicomOptions,
+    DicomSource,
     Window,
     apply_window,
     load_volume,
@@ -41,6 +45,7 @@ from gpuspark.data.sources.images import (
     IMAGE_EXTENSIONS,
     MODES,
     ImageOptions,
+    ImageSource,
     class_of,
     prep_image,
 )
@@ -64,12 +69,15 @@ __all__ = [
     "SPLIT_NAMES",
     "WINDOW_PRESETS",
     "DicomOptions",
+    "DicomSource",
     "FileHeader",
     "ImageOptions",
+    "ImageSource",
     "LabelTable",
     "LabelsError",
     "OrderedSeries",
     "QuarantineError",
+    "Source",
     "Unit",
     "Window",
     "apply_window",

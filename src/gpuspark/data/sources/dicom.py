@@ -11,7 +11,7 @@ single-process loop. A series that cannot form a volume raises
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,9 @@ from gpuspark.data.sources.dicom_header import (
     header_from_dataset,
     order_frames,
     read_dataset,
+    read_header,
 )
+from gpuspark.data.sources.listing import walk_unit
 from gpuspark.data.sources.records import (
     LabelTable,
     QuarantineError,
@@ -32,6 +34,7 @@ from gpuspark.errors import WindowError, did_you_mean
 __all__ = [
     "WINDOW_PRESETS",
     "DicomOptions",
+    "DicomSource",
     "Window",
     "apply_window",
     "load_volume",
@@ -303,3 +306,30 @@ def _prep_series(
     if split is not None:
         row["split"] = assign_split(patient, split)
     return row
+
+
+@dataclass(frozen=True)
+class DicomSource:
+    """DICOM files below ``root`` as a :class:`~gpuspark.data.sources.base.Source`: a header
+    per file (:func:`read_header`), one sample per series (:func:`prep_series`)."""
+
+    root: str
+    options: DicomOptions | None = None
+    labels: LabelTable | None = None
+    split: Sequence[float] | None = None
+
+    def list_inputs(self) -> Iterator[tuple[str, int]]:
+        """``(path, size)`` of every file below ``root``, in sorted order."""
+        return walk_unit((self.root, True, 0))
+
+    def read_header(self, uri: str) -> Any:
+        """The file's :class:`~gpuspark.data.sources.FileHeader`."""
+        return read_header(uri)
+
+    def sample_key(self, uri: str, header: Any) -> str:
+        """The series the file belongs to."""
+        return str(header.series_uid)
+
+    def read_sample(self, uris: Sequence[str]) -> dict[str, Any]:
+        """One series to one row (:func:`prep_series`)."""
+        return prep_series(uris, self.options, labels=self.labels, split=self.split)

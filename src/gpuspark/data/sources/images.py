@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 import posixpath
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspark.data.sources.records import QuarantineError, local_path
+from gpuspark.data.sources.listing import walk_unit
+from gpuspark.data.sources.records import QuarantineError, local_path, read_bytes
 
-__all__ = ["IMAGE_EXTENSIONS", "MODES", "ImageOptions", "class_of", "prep_image"]
+__all__ = ["IMAGE_EXTENSIONS", "MODES", "ImageOptions", "ImageSource", "class_of", "prep_image"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 MODES = ("keep", "resize", "predecode")
@@ -102,3 +104,31 @@ def prep_image(data: bytes, options: ImageOptions | None = None) -> dict[str, An
     img = img.crop((left, top, left + opts.size, top + opts.size))
     arr = np.asarray(img, dtype=np.uint8)
     return {"image": arr, "format": "raw", "width": opts.size, "height": opts.size}
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """An image folder ``root/<label>/<file>`` as a :class:`~gpuspark.data.sources.base.Source`:
+    the header of a file is ``(class name, path relative to root)`` (:func:`class_of`), each
+    image is one sample (:func:`prep_image`)."""
+
+    root: str
+    options: ImageOptions | None = None
+
+    def list_inputs(self) -> Iterator[tuple[str, int]]:
+        """``(path, size)`` of every file below ``root``, in sorted order."""
+        return walk_unit((self.root, True, 0))
+
+    def read_header(self, uri: str) -> Any:
+        """``(class name, relative path)``; raises :class:`QuarantineError` off the layout."""
+        return class_of(uri, self.root)
+
+    def sample_key(self, uri: str, header: Any) -> str:
+        """The image's path relative to ``root``: one sample per image."""
+        return str(header[1])
+
+    def read_sample(self, uris: Sequence[str]) -> dict[str, Any]:
+        """The one image's row fields (:func:`prep_image`)."""
+        if len(uris) != 1:
+            raise ValueError(f"an image sample is one file, got {len(uris)}: {list(uris)[:3]}")
+        return prep_image(read_bytes(uris[0]), self.options)

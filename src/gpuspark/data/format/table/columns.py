@@ -1,7 +1,7 @@
 """Table columns: which Spark types a table dataset holds, and what its manifest records.
 
 A table dataset is a gpuspark dataset whose records are *blocks* of rows stored column by
-column (:mod:`gpuspark.data.table.blocks`). The column list and each shard's row count live
+column (:mod:`gpuspark.data.format.table.blocks`). The column list and each shard's row count live
 in ``manifest.extra["table"]`` (:class:`TableInfo`), so a reader plans an epoch without
 opening a shard.
 """

@@ -1,24 +1,25 @@
-"""Table datasets: Spark DataFrames (and Parquet) as gpuspark shards of row blocks.
+"""The table format: Spark DataFrames (and Parquet) as gpuspark shards of row blocks.
 
 A *table dataset* is an ordinary gpuspark dataset (TFRecord shards, index, manifest last)
 whose records are blocks of up to ``block_rows`` rows stored column by column, so a reader
 turns thousands of rows into arrays with a few ``np.frombuffer`` calls; the columns and each
 shard's row count are in ``manifest.extra["table"]``.
 
-- :func:`from_dataframe`: a DataFrame materialised once (cached by its plan), returned as
-  :class:`DataFrameShards` with ``.dataset()``, ``.loader()`` and ``.delete()``;
-- :func:`write_table`: the writer behind it and behind ``gpuspark prep parquet``;
+- :func:`write_table`: the writer (``write``), behind ``gpuspark prep parquet`` and
+  :func:`gpuspark.data.frame.from_dataframe`;
 - :func:`encode_block` / :func:`decode_block`: the record layout (``blocks``);
 - :class:`TableInfo`, :class:`TableColumn`, :func:`table_columns`: the manifest side
-  (``columns``).
+  (``columns``);
+- :class:`TableBatch`: a batch of decoded blocks, column by column (``batch``).
 
-Read with :class:`gpuspark.data.load.TableDataset`. Import from ``gpuspark.data.table``;
+Read with :class:`gpuspark.data.load.TableDataset`. Import from ``gpuspark.data.format.table``;
 the module layout behind it may change.
 """
 
 from __future__ import annotations
 
-from gpuspark.data.table.blocks import (
+from gpuspark.data.format.table.batch import TableBatch
+from gpuspark.data.format.table.blocks import (
     BlockParts,
     decode_block,
     decode_parts,
@@ -26,7 +27,7 @@ from gpuspark.data.table.blocks import (
     number_index,
     rechunk,
 )
-from gpuspark.data.table.columns import (
+from gpuspark.data.format.table.columns import (
     COLUMN_KINDS,
     DEFAULT_BLOCK_ROWS,
     TABLE_VERSION,
@@ -36,32 +37,21 @@ from gpuspark.data.table.columns import (
     table_columns,
     vectors_as_arrays,
 )
-from gpuspark.data.table.frame import (
-    CACHE_ENV,
-    DataFrameShards,
-    FeaturesLabel,
-    cache_key,
-    from_dataframe,
-)
-from gpuspark.data.table.write import write_table
+from gpuspark.data.format.table.write import write_table
 from gpuspark.errors import TableError
 
 __all__ = [
-    "CACHE_ENV",
     "COLUMN_KINDS",
     "DEFAULT_BLOCK_ROWS",
     "TABLE_VERSION",
     "BlockParts",
-    "DataFrameShards",
-    "FeaturesLabel",
+    "TableBatch",
     "TableColumn",
     "TableError",
     "TableInfo",
-    "cache_key",
     "decode_block",
     "decode_parts",
     "encode_block",
-    "from_dataframe",
     "is_table",
     "number_index",
     "rechunk",

@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gpuspark.data.table.blocks import encode_block, rechunk
-from gpuspark.data.table.columns import (
+from gpuspark.data.format.table.blocks import encode_block, rechunk
+from gpuspark.data.format.table.columns import (
     DEFAULT_BLOCK_ROWS,
     TableColumn,
     TableInfo,

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuspark.data.table.columns import TableColumn
+from gpuspark.data.format.table.columns import TableColumn
 from gpuspark.errors import TableError
 
 __all__ = [

@@ -1,9 +1,9 @@
 """``TableBatch``: rows of a table dataset as ``{column: array}``, with the number matrices kept.
 
 A block stores the number columns of one dtype as one ``rows x k`` matrix
-(:mod:`gpuspark.data.table.blocks`); the reader hands each number column out as a view of its
+(:mod:`gpuspark.data.format.table.blocks`); the reader hands each number column out as a view of its
 matrix. Keeping the matrices next to the columns lets a transform that wants neighbouring
-number columns side by side (:class:`~gpuspark.data.table.FeaturesLabel`, the common wide-table
+number columns side by side (:class:`~gpuspark.data.frame.FeaturesLabel`, the common wide-table
 case) cast one slice of a matrix in one pass instead of stacking ``k`` strided columns.
 
 A ``TableBatch`` is an ordinary ``dict`` for everything else: a transform that replaces a
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuspark.data.table.blocks import BlockParts
+from gpuspark.data.format.table.blocks import BlockParts
 
 __all__ = ["TableBatch"]
 

@@ -1,7 +1,7 @@
 """:func:`from_dataframe`: a Spark DataFrame to training data, cached by its plan.
 
 The role Petastorm's ``make_spark_converter(df)`` played: materialise the DataFrame once as
-a table dataset (:func:`~gpuspark.data.table.write.write_table`), then hand out exact,
+a table dataset (:func:`~gpuspark.data.format.table.write_table`), then hand out exact,
 resumable, rank-split readers (:class:`gpuspark.data.load.TableDataset`). The cache key is a
 hash of the DataFrame's analysed plan (expression ids removed), its input files (with sizes
 and modification times, so changed data is a new key), the plan's semantic hash where the
@@ -28,9 +28,10 @@ import numpy as np
 from gpuspark import storage
 from gpuspark._util import envvars
 from gpuspark.data import format as fmt
-from gpuspark.data.table.batch import TableBatch
-from gpuspark.data.table.columns import DEFAULT_BLOCK_ROWS, TABLE_VERSION, TableInfo
-from gpuspark.data.table.write import write_table
+from gpuspark.data.format.table.batch import TableBatch
+from gpuspark.data.format.table.columns import DEFAULT_BLOCK_ROWS, TABLE_VERSION, TableInfo
+from gpuspark.data.format.table.write import write_table
+from gpuspark.data.load import TableDataset
 from gpuspark.errors import TableError, did_you_mean
 
 __all__ = ["CACHE_ENV", "DataFrameShards", "FeaturesLabel", "cache_key", "from_dataframe"]
@@ -172,8 +173,6 @@ class DataFrameShards:
         ``split``, ``shuffle``, ``seed``, ``world``...). With ``tensors`` (default: when a
         ``label`` was given) batches are ``(features, label)`` tensors (:class:`FeaturesLabel`);
         else dicts of column arrays."""
-        from gpuspark.data.load import TableDataset
-
         if tensors is None:
             tensors = self.label is not None
         if tensors and "transform" not in kwargs:
