@@ -169,8 +169,8 @@ LAZY_IMPORTS: list[tuple[str, str, str]] = [
     ),
     (
         "gpuspark.data",
-        "gpuspark.data.table",
-        "a lazy attribute: `gpuspark.data.from_dataframe` without loading the table package",
+        "gpuspark.data.frame",
+        "a lazy attribute: `gpuspark.data.from_dataframe` without loading the table format",
     ),
     (
         "gpuspark.data.format.example",
@@ -196,11 +196,6 @@ LAZY_IMPORTS: list[tuple[str, str, str]] = [
         "gpuspark.data.prep.images",
         "gpuspark.data.format",
         "heavy: the format package imports numpy; the same as for the writers",
-    ),
-    (
-        "gpuspark.data.table.frame",
-        "gpuspark.data.load",
-        "cycle: data.load's table reader imports data.table",
     ),
     (
         "gpuspark.demo.pipeline",

@@ -2,7 +2,7 @@
 AUC / PR AUC, the up-front dataset checks, and a 2-rank run on a known logistic signal.
 
 The datasets are written without Spark: :class:`ShardWriter` records of
-:func:`gpuspark.data.table.encode_block` blocks, with ``extra["table"]`` and
+:func:`gpuspark.data.format.table.encode_block` blocks, with ``extra["table"]`` and
 ``extra["tabular"]`` as ``gpuspark prep parquet`` writes them (issue 19 contract).
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from gpuspark.data import format as fmt
-from gpuspark.data.table import TableColumn, TableInfo, encode_block
+from gpuspark.data.format.table import TableColumn, TableInfo, encode_block
 from gpuspark.data.write import ShardWriter
 from gpuspark.train import recipes
 from gpuspark.train.recipes import RecipeConfig, RecipeError

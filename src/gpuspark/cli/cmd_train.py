@@ -69,7 +69,7 @@ def train(
         bool, typer.Option(help="tabular: weight the loss by inverse class frequency.")
     ] = True,
     num_processes: Annotated[
-        int, typer.Option("--num-processes", "-n", help="Training processes (ranks).")
+        int, typer.Option("--num-processes", "-n", help="Training processes (ranks).", min=1)
     ] = 2,
     gpus_per_process: Annotated[float, typer.Option(help="GPUs per rank.")] = 1,
     local: Annotated[

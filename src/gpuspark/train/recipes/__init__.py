@@ -19,7 +19,7 @@ dataset against the recipe, launches :func:`train` on N processes (Spark by defa
 returns rank 0's summary.
 
 ==================  ===========================================================================
-``config``          :class:`RecipeConfig`
+``config``          :class:`RecipeConfig` and its groups (data, optim, parallel, model, ...)
 ``registry``        :class:`Recipe`, register / get, the dataset check
 ``common``          augmentation and scores the recipes share
 ``driver``          :func:`run` and :func:`preflight`: the driver side
@@ -42,6 +42,7 @@ from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.bert import (
     BERT,
     IGNORE_INDEX,
+    BertOptions,
     TextSpec,
     bert_dataset,
     build_bert,
@@ -51,7 +52,16 @@ from gpuspark.train.recipes.bert import (
     text_spec,
 )
 from gpuspark.train.recipes.common import accuracy, augment, pr_auc, roc_auc
-from gpuspark.train.recipes.config import BERT_SIZE_NAMES, RESNET_DEPTHS, RecipeConfig
+from gpuspark.train.recipes.config import (
+    BERT_SIZE_NAMES,
+    RESNET_DEPTHS,
+    CheckpointConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    ParallelConfig,
+    RecipeConfig,
+)
 from gpuspark.train.recipes.driver import check_recipe, preflight, run
 from gpuspark.train.recipes.rank import build_model, train
 from gpuspark.train.recipes.registry import (
@@ -65,11 +75,12 @@ from gpuspark.train.recipes.registry import (
     unregister_recipe,
 )
 from gpuspark.train.recipes.resnet2d import RESNET2D, decode_image
-from gpuspark.train.recipes.resnet3d import RESNET3D, VolumeDecode, decode_volume
+from gpuspark.train.recipes.resnet3d import RESNET3D, ResNet3dOptions, VolumeDecode, decode_volume
 from gpuspark.train.recipes.summary import TrainSummary
 from gpuspark.train.recipes.tabular import (
     TABULAR,
     ClassWeightedLoss,
+    TabularOptions,
     TabularSpec,
     build_tabular,
     class_weights,
@@ -91,11 +102,19 @@ __all__ = [
     "RESNET3D",
     "RESNET_DEPTHS",
     "TABULAR",
+    "BertOptions",
+    "CheckpointConfig",
     "ClassWeightedLoss",
+    "DataConfig",
     "Decoder",
+    "ModelConfig",
+    "OptimConfig",
+    "ParallelConfig",
     "Recipe",
     "RecipeConfig",
     "RecipeError",
+    "ResNet3dOptions",
+    "TabularOptions",
     "TabularSpec",
     "TextSpec",
     "TrainSummary",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +31,7 @@ import numpy as np
 from gpuspark.data import format as fmt
 from gpuspark.data.load import ShardDataset, World
 from gpuspark.errors import RecipeError
-from gpuspark.train.recipes.config import BERT_SIZE_NAMES, RecipeConfig
+from gpuspark.train.recipes.config import BERT_SIZE_NAMES, RecipeConfig, option
 from gpuspark.train.recipes.registry import Decoder, Recipe, register_recipe
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BERT",
     "IGNORE_INDEX",
+    "BertOptions",
     "TextSpec",
     "bert_dataset",
     "build_bert",
@@ -51,6 +53,22 @@ __all__ = [
 IGNORE_INDEX = -100
 """Label of the positions that are not predicted (cross entropy's ``ignore_index``)."""
 PREP_HINT = "prepare it with `gpuspark prep text SRC DST` (a token dataset)"
+
+
+@dataclass
+class BertOptions:
+    """The model options of ``bert`` (``dropout`` is shared: :class:`ModelConfig`)."""
+
+    size: str = option("tiny", cli="bert: encoder size tiny, small, base or large.")
+    """Encoder size, one of :data:`BERT_SIZE_NAMES`."""
+    mask_prob: float = 0.15
+    """Share of the non-special tokens masked in each sequence."""
+
+    def __post_init__(self) -> None:
+        if self.size not in BERT_SIZE_NAMES:
+            raise RecipeError(f"size must be one of {BERT_SIZE_NAMES}, got: {self.size!r}")
+        if not 0 < self.mask_prob < 1:
+            raise RecipeError(f"mask_prob must be in (0, 1), got: {self.mask_prob}")
 
 
 class TextSpec:
@@ -157,17 +175,18 @@ def bert_dataset(cfg: RecipeConfig, split: str | None, training: bool) -> Any:
     """The masked sequences of ``split``: this rank's shuffled share when ``training``,
     else the whole split in order with epoch 0's masks (one process, no padding)."""
 
-    spec = text_spec(fmt.load_manifest(cfg.data), cfg.data)
+    spec = text_spec(fmt.load_manifest(cfg.dataset.data), cfg.dataset.data)
     cls = _masked_dataset_class()
+    mask_prob = cfg.model.of("bert").mask_prob
     if training:
-        return cls(cfg.data, spec, cfg.mask_prob, split=split, seed=cfg.seed)
+        return cls(cfg.dataset.data, spec, mask_prob, split=split, seed=cfg.dataset.seed)
     return cls(
-        cfg.data,
+        cfg.dataset.data,
         spec,
-        cfg.mask_prob,
+        mask_prob,
         mask_epoch=0,
         split=split,
-        seed=cfg.seed,
+        seed=cfg.dataset.seed,
         shuffle=False,
         drop_last=False,
         world=World(),
@@ -180,11 +199,11 @@ def bert_dataset(cfg: RecipeConfig, split: str | None, training: bool) -> Any:
 def bert_check(cfg: RecipeConfig, manifest: Manifest) -> Decoder:
     """The driver's and each rank's check of the dataset (batches come from
     :func:`bert_dataset`, so the returned decoder is never called)."""
-    spec = text_spec(manifest, cfg.data)
+    spec = text_spec(manifest, cfg.dataset.data)
     shape = (manifest.schema.get("input_ids") or {}).get("shape")
     if shape and shape[-1] not in (None, spec.seq_len):
         raise RecipeError(
-            f"{cfg.data}: input_ids have {shape[-1]} tokens but extra['text'] says seq_len "
+            f"{cfg.dataset.data}: input_ids have {shape[-1]} tokens but extra['text'] says seq_len "
             f"{spec.seq_len}",
             remedy="rewrite it with `gpuspark prep text`",
         )
@@ -200,20 +219,20 @@ def _no_sample_decoding(_sample: dict[str, Any]) -> tuple[np.ndarray, int]:
 
 def bert_vocab(cfg: RecipeConfig, manifest: Manifest) -> int:
     """The vocabulary size: the network's output classes."""
-    return text_spec(manifest, cfg.data).vocab_size
+    return text_spec(manifest, cfg.dataset.data).vocab_size
 
 
 def build_bert(cfg: RecipeConfig, vocab_size: int) -> Any:
-    """:class:`~.bert_model.BertMLM` of ``cfg.size`` for ``cfg.data``'s tokenizer."""
+    """:class:`~.bert_model.BertMLM` of ``cfg.size`` for ``cfg.dataset.data``'s tokenizer."""
     from gpuspark.train.recipes.bert_model import BERT_SIZES, BertMLM
 
-    spec = text_spec(fmt.load_manifest(cfg.data), cfg.data)
+    spec = text_spec(fmt.load_manifest(cfg.dataset.data), cfg.dataset.data)
     return BertMLM(
         vocab_size,
         spec.seq_len,
-        BERT_SIZES[cfg.size],
+        BERT_SIZES[cfg.model.of("bert").size],
         pad_id=spec.special_ids["pad"],
-        dropout=cfg.dropout,
+        dropout=cfg.model.dropout,
     )
 
 
@@ -240,7 +259,7 @@ def mlm_scores(
     import torch
 
     loss, correct, masked, seqs = 0.0, 0, 0, 0
-    for x, y in dataset.loader(cfg.batch_size, pin_memory=False):
+    for x, y in dataset.loader(cfg.optim.batch_size, pin_memory=False):
         logits = net(x.to(device)).float()
         y = y.to(device)
         keep = y != IGNORE_INDEX
@@ -279,6 +298,7 @@ BERT = register_recipe(
         loss=_mlm_loss_fn,
         augments=False,
         evaluate=mlm_scores,
+        options=BertOptions,
         defaults={"batch_size": 32, "lr": 5e-4, "epochs": 10},
     )
 )

@@ -1,14 +1,38 @@
-"""Options of a recipe run (:class:`RecipeConfig`) and the training-window parser."""
+"""Options of a recipe run: :class:`RecipeConfig`, the composition of one dataclass per
+concern (:class:`DataConfig`, :class:`OptimConfig`, :class:`ParallelConfig`,
+:class:`ModelConfig`, :class:`CheckpointConfig`), plus each recipe's own model options (a
+dataclass declared on the recipe, :attr:`~gpuspark.train.recipes.registry.Recipe.options`).
+
+Every leaf field has one name across the groups (``epochs``, ``depth``, ...): the keyword of
+flat construction (``RecipeConfig(data=..., epochs=2, depth=10)``), the attribute read
+``cfg.epochs``, and, where its metadata carries ``cli`` help, the ``gpuspark train`` flag
+(``--epochs``; see :func:`option`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspark.errors import RecipeError
 from gpuspark.train.fsdp import check_strategy
+from gpuspark.train.recipes.registry import get_recipe, recipe_names
 
-__all__ = ["BERT_SIZE_NAMES", "RESNET_DEPTHS", "RecipeConfig"]
+__all__ = [
+    "BERT_SIZE_NAMES",
+    "GROUPS",
+    "RESNET_DEPTHS",
+    "CheckpointConfig",
+    "DataConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "ParallelConfig",
+    "RecipeConfig",
+    "check_dropout",
+    "leaf_fields",
+    "option",
+]
 
 RESNET_DEPTHS = (10, 18, 34, 50)
 """The MONAI ResNet depths a recipe can build."""
@@ -16,108 +40,291 @@ BERT_SIZE_NAMES = ("tiny", "small", "base", "large")
 """``bert`` sizes (shapes in :data:`gpuspark.train.recipes.bert_model.BERT_SIZES`)."""
 
 
-@dataclass
-class RecipeConfig:
-    """Options of a recipe run; all ranks get the same copy.
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    cli: str | None = None,
+    decls: tuple[str, ...] = (),
+    recipe_default: bool = False,
+    none_word: str | None = None,
+    path: bool = False,
+) -> Any:
+    """A config field with what ``gpuspark train`` needs to make a flag of it.
 
-    Options a recipe does not use are ignored by it (``depth`` by ``resnet2d``, ``window``
-    by recipes on images); which recipe reads what is said under each field.
+    ``cli``: the flag's help (``None``: the field is no flag). ``decls``: the flag's names
+    when not ``--<name>`` (``--<name>/--no-<name>`` for booleans). ``recipe_default``: the
+    flag defaults to the recipe's :attr:`~.Recipe.defaults`, then to ``default`` (its help
+    says which). ``none_word``: the flag's word for ``None`` (``--val-split none``).
+    ``path``: the flag takes a path.
     """
+    meta = {"cli": cli, "decls": decls, "recipe_default": recipe_default}
+    meta.update(none_word=none_word, path=path)
+    return field(default=default, metadata=meta)
 
-    data: str
+
+def check_dropout(value: float) -> None:
+    """Refuse a dropout outside [0, 1)."""
+    if not 0 <= value < 1:
+        raise RecipeError(f"dropout must be in [0, 1), got: {value}")
+
+
+def _at_least_one(obj: Any, *names: str) -> None:
+    for name in names:
+        if getattr(obj, name) < 1:
+            raise RecipeError(f"{name} must be >= 1, got: {getattr(obj, name)}")
+
+
+@dataclass
+class DataConfig:
+    """What each rank reads of the dataset, and how."""
+
+    data: str = option(cli="Dataset written by `gpuspark prep`.", decls=("--data",), path=True)
     """Dataset directory (or URL) written by ``gpuspark prep``."""
-    epochs: int = 10
-    batch_size: int = 8
+    train_split: str | None = option(
+        "train", cli="Split to train on; 'all': every record (no splits).", none_word="all"
+    )
+    """The split to train on; ``None``: every record (a dataset without splits)."""
+    val_split: str | None = option(
+        "val", cli="Split scored after each epoch; 'none': no validation.", none_word="none"
+    )
+    """The split scored after each epoch; ``None``: no validation."""
+    test_split: str | None = option(
+        None, cli="Split scored once at the end with the best model (e.g. test)."
+    )
+    """Evaluate the best model on this split at the end (rank 0); ``None``: skip."""
+    num_workers: int = 0
+    """Loader worker processes per rank."""
+    augment: bool = True
+    """Apply the shared image augmentation (recipes with ``Recipe.augments``)."""
+    seed: int = 0
+    """Seed of the shuffle, the initial weights and the augmentation."""
+
+
+@dataclass
+class OptimConfig:
+    """The optimizer (AdamW, cosine schedule) and the length of the run."""
+
+    epochs: int = option(
+        10, cli="Passes over the training split [default: 10].", recipe_default=True
+    )
+    """Passes over the training split."""
+    batch_size: int = option(
+        8, cli="Batch size per rank [default: 8; tabular: 512].", recipe_default=True
+    )
     """Per-rank batch size."""
-    lr: float = 1e-3
+    lr: float = option(
+        1e-3, cli="AdamW learning rate, cosine schedule [default: 1e-3].", recipe_default=True
+    )
+    """AdamW learning rate (cosine schedule over ``epochs``)."""
     weight_decay: float = 1e-4
-    strategy: str = "ddp"
+    """AdamW weight decay."""
+
+    def __post_init__(self) -> None:
+        _at_least_one(self, "epochs", "batch_size")
+        if self.lr <= 0:
+            raise RecipeError(f"lr must be > 0, got: {self.lr}")
+
+
+@dataclass
+class ParallelConfig:
+    """How the ranks share the work, and how each computes."""
+
+    strategy: str = option(
+        "ddp",
+        cli="ddp (full replicas), fsdp (each rank holds a shard of the model state) or "
+        "hsdp (sharded within a node, replicated across nodes).",
+    )
     """Data parallelism: ``"ddp"`` (replicas), ``"fsdp"`` (every rank holds a shard of the
     parameters, gradients and optimizer state) or ``"hsdp"`` (sharded within a node,
     replicated across nodes); see :func:`gpuspark.train.prepare`."""
-    compression: str | None = None
+    compression: str | None = option(
+        None, cli="Gradient compression (ddp only): fp16, bf16 or powersgd."
+    )
     """DDP gradient compression (``fp16``, ``bf16``, ``powersgd``); refused with fsdp/hsdp."""
-    powersgd_rank: int = 2
+    powersgd_rank: int = option(2, cli="PowerSGD matrix rank.")
+    """PowerSGD matrix rank."""
     powersgd_start_iter: int = 10
-    amp: str | None = None
-    depth: int = 18
-    """ResNet depth for ``resnet3d`` (10, 18, 34, 50); ``resnet2d`` is ResNet-50."""
-    width: float = 1.0
-    """MONAI ``widen_factor``: channel width multiplier (0.25 = 16/32/64/128 channels)."""
-    augment: bool = True
-    seed: int = 0
-    num_workers: int = 0
-    threads: int | None = None
+    """Steps of plain allreduce before PowerSGD starts."""
+    amp: str | None = option(None, cli="Mixed precision: bf16 or fp16.")
+    """Mixed precision: ``bf16`` or ``fp16`` (``None``: fp32)."""
+    threads: int | None = option(None, cli="torch threads per rank.")
     """torch intra-op threads per rank (``None``: torch's default)."""
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    resume: bool = False
+
+    def __post_init__(self) -> None:
+        check_strategy(self.strategy, self.compression)
+
+
+@dataclass
+class ModelConfig:
+    """Model options more than one recipe reads; each recipe's own are in :attr:`options`."""
+
+    width: float = option(1.0, cli="Channel width multiplier (MONAI).")
+    """``resnet3d``, ``resnet2d``: MONAI ``widen_factor``, the channel width multiplier
+    (0.25 = 16/32/64/128 channels)."""
+    dropout: float = option(0.1, cli="tabular, bert: dropout after each layer.")
+    """``tabular``, ``bert``: dropout after each layer."""
+    num_classes: int | None = None
+    """Classes of ``resnet2d`` and ``tabular`` (default: from the manifest)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Recipe name -> its :attr:`~.Recipe.options` (missing: that dataclass's defaults)."""
+
+    def __post_init__(self) -> None:
+        check_dropout(self.dropout)
+
+    def of(self, recipe: str) -> Any:
+        """The model options of ``recipe`` (an instance of its ``Recipe.options``)."""
+        found = self.options.get(recipe)
+        if found is None:
+            cls = get_recipe(recipe).options
+            found = cls() if cls is not None else None
+        return found
+
+
+@dataclass
+class CheckpointConfig:
+    """Where a run saves, and whether it continues or replaces an earlier one."""
+
+    checkpoint_dir: str | None = option(
+        None, cli="Checkpoints (every epoch), best.pt, history.json.", path=True
+    )
+    """Checkpoints (every epoch), ``best.pt`` and ``history.json`` (unless ``out``)."""
+    checkpoint_every: int = option(0, cli="Also every N steps (0: off).")
+    """Also checkpoint every N steps (0: off)."""
+    resume: bool = option(False, cli="Continue from the newest checkpoint.")
     """Continue the run in ``checkpoint_dir`` from its newest checkpoint."""
-    overwrite: bool = False
+    overwrite: bool = option(
+        False,
+        cli="Start a new run in a --checkpoint-dir that holds an earlier one (its "
+        "checkpoints, best.pt and history.json are removed; other files stay).",
+        decls=("--overwrite",),
+    )
     """Start a new run in a ``checkpoint_dir``/``out`` that holds an earlier one: its
     checkpoints, ``best.pt`` and ``history.json`` are removed first, other files stay.
     Without it (and without ``resume``) a directory that holds anything is refused."""
     out: str | None = None
     """Where ``best.pt`` and ``history.json`` go (default: ``checkpoint_dir``)."""
-    train_split: str | None = "train"
-    """The split to train on; ``None``: every record (a dataset without splits)."""
-    val_split: str | None = "val"
-    """The split scored after each epoch; ``None``: no validation."""
-    test_split: str | None = None
-    """Evaluate the best model on this split at the end (rank 0); ``None``: skip."""
-    num_classes: int | None = None
-    """Classes of ``resnet2d`` (default: from the manifest's label map)."""
-    window: tuple[float, float] | None = None
-    """``resnet3d``: re-window uint8 CT volumes to (level, width) HU (``None``: as stored)."""
-    pool: str = "avg"
-    """``resnet3d`` global pooling: ``"avg"`` (MONAI's) or ``"max"`` (small focal findings)."""
-    stem_stride: int = 1
-    """``resnet3d`` stride of the first 7^3 convolution (MONAI ``conv1_t_stride``); 2 cuts
-    the compute of the stem, the most expensive layer at full resolution, about 8x."""
-    hidden: int = 128
-    """``tabular``: hidden units of each MLP layer."""
-    layers: int = 2
-    """``tabular``: hidden layers of the MLP (ReLU, dropout after each)."""
-    dropout: float = 0.1
-    """``tabular``: dropout after each hidden layer."""
-    class_weights: bool = True
-    """``tabular``: weight the loss by inverse class frequency (the manifest's label counts,
-    normalised to mean 1), for imbalanced labels such as 2% defaults."""
-    size: str = "tiny"
-    """``bert``: encoder size, one of :data:`BERT_SIZE_NAMES`."""
-    mask_prob: float = 0.15
-    """``bert``: share of the non-special tokens masked in each sequence."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.depth not in RESNET_DEPTHS:
-            raise RecipeError(f"depth must be one of {RESNET_DEPTHS}, got: {self.depth}")
-        for name in ("epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise RecipeError(f"{name} must be >= 1, got: {getattr(self, name)}")
-        if self.pool not in ("avg", "max"):
-            raise RecipeError(f"pool must be 'avg' or 'max', got: {self.pool!r}")
-        for name in ("hidden", "layers"):
-            if getattr(self, name) < 1:
-                raise RecipeError(f"{name} must be >= 1, got: {getattr(self, name)}")
-        if not 0 <= self.dropout < 1:
-            raise RecipeError(f"dropout must be in [0, 1), got: {self.dropout}")
         if self.resume and self.overwrite:
             raise RecipeError(
                 "resume and overwrite contradict each other: resume continues the run in the "
                 "checkpoint directory, overwrite replaces it",
                 remedy="pass one of --resume and --overwrite",
             )
-        if self.lr <= 0:
-            raise RecipeError(f"lr must be > 0, got: {self.lr}")
-        if self.size not in BERT_SIZE_NAMES:
-            raise RecipeError(f"size must be one of {BERT_SIZE_NAMES}, got: {self.size!r}")
-        if not 0 < self.mask_prob < 1:
-            raise RecipeError(f"mask_prob must be in (0, 1), got: {self.mask_prob}")
-
-        check_strategy(self.strategy, self.compression)
 
     @property
     def out_dir(self) -> str | None:
         """Where ``best.pt`` and ``history.json`` go: ``out``, else ``checkpoint_dir``."""
         return self.out or self.checkpoint_dir
+
+
+GROUPS: dict[str, type] = {
+    "dataset": DataConfig,
+    "optim": OptimConfig,
+    "parallel": ParallelConfig,
+    "model": ModelConfig,
+    "checkpoint": CheckpointConfig,
+}
+""":class:`RecipeConfig` attribute -> its group, in flag order."""
+
+
+def leaf_fields() -> dict[str, tuple[str, dataclasses.Field[Any]]]:
+    """Every leaf option by name -> ``(owner, field)``, in flag order: the owner is a
+    :data:`GROUPS` attribute, or ``"recipe:<name>"`` for a recipe's own model options
+    (after the shared model options). A name declared twice raises."""
+    owners: list[tuple[str, type]] = []
+    for attr, cls in GROUPS.items():
+        owners.append((attr, cls))
+        if attr == "model":
+            owners += [(f"recipe:{n}", c) for n in recipe_names() if (c := get_recipe(n).options)]
+    out: dict[str, tuple[str, dataclasses.Field[Any]]] = {}
+    for owner, cls in owners:
+        for f in dataclasses.fields(cls):
+            if owner == "model" and f.name == "options":
+                continue
+            if f.name in out:
+                raise RecipeError(
+                    f"option {f.name!r} of {owner} is also declared by {out[f.name][0]}",
+                    remedy="give the recipe option another name",
+                )
+            out[f.name] = (owner, f)
+    return out
+
+
+@dataclass(init=False)
+class RecipeConfig:
+    """Options of a recipe run; all ranks get the same copy.
+
+    Built nested (``RecipeConfig(dataset=DataConfig(data=...), optim=OptimConfig(...))``) or
+    flat (``RecipeConfig(data=..., epochs=2, depth=10)``: each name goes to its group, or
+    to every recipe whose model options declare it); both may be mixed, flat names last.
+    ``cfg.epochs`` reads a leaf by name. Options a recipe does not use are ignored by it.
+    """
+
+    dataset: DataConfig
+    optim: OptimConfig
+    parallel: ParallelConfig
+    model: ModelConfig
+    checkpoint: CheckpointConfig
+    extra: dict[str, Any]
+    """Free-form values for custom recipes."""
+
+    def __init__(
+        self,
+        *,
+        dataset: DataConfig | None = None,
+        optim: OptimConfig | None = None,
+        parallel: ParallelConfig | None = None,
+        model: ModelConfig | None = None,
+        checkpoint: CheckpointConfig | None = None,
+        extra: dict[str, Any] | None = None,
+        **flat: Any,
+    ) -> None:
+        given: dict[str, Any] = {"dataset": dataset, "optim": optim, "parallel": parallel}
+        given.update(model=model, checkpoint=checkpoint)
+        leaves = leaf_fields()
+        unknown = sorted(set(flat) - set(leaves))
+        if unknown:
+            raise TypeError(f"RecipeConfig got unexpected keyword arguments: {unknown}")
+        by_owner: dict[str, dict[str, Any]] = {}
+        for name, value in flat.items():
+            by_owner.setdefault(leaves[name][0], {})[name] = value
+        for attr, cls in GROUPS.items():
+            values = by_owner.get(attr, {})
+            group = given[attr]
+            setattr(self, attr, cls(**values) if group is None else _replace(group, values))
+        self.model = _with_recipe_options(self.model, by_owner)
+        self.extra = dict(extra or {})
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names that are no attribute: a leaf option read flat (``cfg.epochs``).
+        if name.startswith("_") or "model" not in self.__dict__:
+            raise AttributeError(name)
+        owner = leaf_fields().get(name, (None,))[0]
+        if owner is None:
+            raise AttributeError(f"'RecipeConfig' object has no attribute {name!r}")
+        if owner.startswith("recipe:"):
+            return getattr(self.model.of(owner[len("recipe:") :]), name)
+        return getattr(getattr(self, owner), name)
+
+    @property
+    def out_dir(self) -> str | None:
+        """Where ``best.pt`` and ``history.json`` go: ``out``, else ``checkpoint_dir``."""
+        return self.checkpoint.out_dir
+
+
+def _replace(group: Any, values: dict[str, Any]) -> Any:
+    return dataclasses.replace(group, **values) if values else group
+
+
+def _with_recipe_options(model: ModelConfig, by_owner: dict[str, dict[str, Any]]) -> ModelConfig:
+    """``model`` with every registered recipe's options, flat values applied."""
+    options = dict(model.options)
+    for name in recipe_names():
+        cls = get_recipe(name).options
+        if cls is None:
+            continue
+        values = by_owner.get(f"recipe:{name}", {})
+        current = options.get(name)
+        options[name] = cls(**values) if current is None else _replace(current, values)
+    return dataclasses.replace(model, options=options)

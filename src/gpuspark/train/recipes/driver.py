@@ -37,19 +37,19 @@ def check_recipe(name: str) -> str:
 
 
 def preflight(name: str, cfg: RecipeConfig, *, num_processes: int | None = None) -> Recipe:
-    """Check recipe ``name`` against ``cfg.data`` before any rank starts; return the recipe.
+    """Check recipe ``name`` against ``cfg.dataset.data`` before any rank starts; return the recipe.
 
     Reads the dataset's manifest: every sample key the recipe needs must be in every record,
     the options must suit the data (e.g. a re-window needs uint8 volumes) and the class count
-    must be known. The checkpoint directory must be usable and, with ``cfg.resume``, its
+    must be known. The checkpoint directory must be usable and, with ``cfg.checkpoint.resume``, its
     newest checkpoint readable and written for the same model (and by ``num_processes``
     ranks, when given). Raises :class:`~gpuspark.errors.RecipeError`, ``CheckpointError``
     (or ``NotADatasetError``).
     """
 
     recipe = get_recipe(name)
-    manifest = fmt.load_manifest(cfg.data)
-    check_dataset(recipe, manifest, fmt.dataset_root(cfg.data))
+    manifest = fmt.load_manifest(cfg.dataset.data)
+    check_dataset(recipe, manifest, fmt.dataset_root(cfg.dataset.data))
     _check_splits(cfg, manifest.splits)
     recipe.decoder(cfg, manifest)
     classes = recipe.num_classes(cfg, manifest)
@@ -59,9 +59,9 @@ def preflight(name: str, cfg: RecipeConfig, *, num_processes: int | None = None)
 
 def _check_splits(cfg: RecipeConfig, splits: dict[str, Any]) -> None:
     options = (
-        ("train_split", cfg.train_split, "--train-split all (train on every record)"),
-        ("val_split", cfg.val_split, "--val-split none (no validation)"),
-        ("test_split", cfg.test_split, "no test split"),
+        ("train_split", cfg.dataset.train_split, "--train-split all (train on every record)"),
+        ("val_split", cfg.dataset.val_split, "--val-split none (no validation)"),
+        ("test_split", cfg.dataset.test_split, "no test split"),
     )
     for field_name, split, fallback in options:
         if split is None or split in splits:
@@ -69,7 +69,7 @@ def _check_splits(cfg: RecipeConfig, splits: dict[str, Any]) -> None:
         have = f"its splits: {', '.join(sorted(splits))}" if splits else "it has no splits"
         choices = [*sorted(splits), fallback] if splits else [fallback]
         raise RecipeError(
-            f"dataset {cfg.data} has no split '{split}' ({field_name}; {have})",
+            f"dataset {cfg.dataset.data} has no split '{split}' ({field_name}; {have})",
             remedy="use " + " or ".join(choices),
         )
 
@@ -83,11 +83,15 @@ def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
             return path
         return os.path.abspath(os.path.expanduser(path))
 
+    ck = cfg.checkpoint
     return dataclasses.replace(
         cfg,
-        data=absolute(cfg.data) or cfg.data,
-        checkpoint_dir=absolute(cfg.checkpoint_dir),
-        out=absolute(cfg.out),
+        dataset=dataclasses.replace(
+            cfg.dataset, data=absolute(cfg.dataset.data) or cfg.dataset.data
+        ),
+        checkpoint=dataclasses.replace(
+            ck, checkpoint_dir=absolute(ck.checkpoint_dir), out=absolute(ck.out)
+        ),
     )
 
 
@@ -138,7 +142,7 @@ def run(
         team=team,
         app_name=f"gpuspark-train-{name}",
         gpus=None if local else num_processes * gpus_per_process,
-        writes=(cfg.checkpoint_dir, cfg.out),
+        writes=(cfg.checkpoint.checkpoint_dir, cfg.checkpoint.out),
     )
     cfg = resolve_paths(cfg)
     recipe = preflight(name, cfg, num_processes=num_processes)

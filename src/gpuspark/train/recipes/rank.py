@@ -18,8 +18,8 @@ import numpy as np
 
 from gpuspark import storage
 from gpuspark.data import format as fmt
+from gpuspark.data.format.table import TableInfo, is_table
 from gpuspark.data.load import ShardDataset, World
-from gpuspark.data.table import TableInfo, is_table
 from gpuspark.launch import restart_count
 from gpuspark.train import ddp, fsdp
 from gpuspark.train.loop import FitConfig, fit
@@ -50,8 +50,10 @@ def _train_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder) -> Any:
     """This rank's share of the training split: the recipe's dataset, else a ShardDataset."""
 
     if recipe.dataset is not None:
-        return recipe.dataset(cfg, cfg.train_split, True)
-    return ShardDataset(cfg.data, decode=decode, split=cfg.train_split, seed=cfg.seed)
+        return recipe.dataset(cfg, cfg.dataset.train_split, True)
+    return ShardDataset(
+        cfg.dataset.data, decode=decode, split=cfg.dataset.train_split, seed=cfg.dataset.seed
+    )
 
 
 def _eval_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, split: str) -> Any:
@@ -60,7 +62,7 @@ def _eval_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, split: str
     if recipe.dataset is not None:
         return recipe.dataset(cfg, split, False)
     return ShardDataset(
-        cfg.data, decode=decode, split=split, shuffle=False, drop_last=False, world=World()
+        cfg.dataset.data, decode=decode, split=split, shuffle=False, drop_last=False, world=World()
     )
 
 
@@ -109,7 +111,7 @@ def _scores(
 
     device = model.gpuspark_info.device
     if recipe.evaluate is None:
-        probs, labels = _predict(model, ds, cfg.batch_size, device)
+        probs, labels = _predict(model, ds, cfg.optim.batch_size, device)
         return recipe.metrics(probs, labels), len(labels)
     net = getattr(model, "module", model)
     net.eval()
@@ -216,7 +218,7 @@ def _export_best(
 
 
 def _test(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, model: Any) -> dict[str, Any]:
-    """Scores of the best exported model (else the final one) on ``cfg.test_split``
+    """Scores of the best exported model (else the final one) on ``cfg.dataset.test_split``
     (rank 0; every rank for a sharded model)."""
     import torch
 
@@ -226,9 +228,9 @@ def _test(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, model: Any) -> dic
         payload = torch.load(best, map_location="cpu", weights_only=False)
         _load_model_state(model, payload["model"])
         epoch = payload["epoch"]
-    ds = _eval_dataset(recipe, cfg, decode, str(cfg.test_split))
+    ds = _eval_dataset(recipe, cfg, decode, str(cfg.dataset.test_split))
     scores, samples = _scores(recipe, cfg, model, ds)
-    out: dict[str, Any] = {"split": cfg.test_split, "samples": samples, "epoch": epoch}
+    out: dict[str, Any] = {"split": cfg.dataset.test_split, "samples": samples, "epoch": epoch}
     out.update(scores)
     return out
 
@@ -246,24 +248,28 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
     import torch.distributed as dist
 
     recipe = get_recipe(name)
-    manifest = fmt.load_manifest(cfg.data)
-    check_dataset(recipe, manifest, fmt.dataset_root(cfg.data))
+    manifest = fmt.load_manifest(cfg.dataset.data)
+    check_dataset(recipe, manifest, fmt.dataset_root(cfg.dataset.data))
     decode = recipe.decoder(cfg, manifest)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
+    if cfg.parallel.threads:
+        torch.set_num_threads(cfg.parallel.threads)
+    torch.manual_seed(cfg.dataset.seed)
     train_ds = _train_dataset(recipe, cfg, decode)
-    val_ds = _eval_dataset(recipe, cfg, decode, cfg.val_split) if cfg.val_split else None
+    val_ds = (
+        _eval_dataset(recipe, cfg, decode, cfg.dataset.val_split) if cfg.dataset.val_split else None
+    )
     classes = recipe.num_classes(cfg, train_ds.manifest)
     net = recipe.build_model(cfg, classes)
     model = _prepare(net, cfg)
-    torch.manual_seed(cfg.seed * 1000 + dist.get_rank())  # per-rank augmentation stream
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
+    torch.manual_seed(cfg.dataset.seed * 1000 + dist.get_rank())  # per-rank augmentation stream
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+    )
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.optim.epochs)
     device_type = str(model.gpuspark_info.device.type)
-    scaler = torch.amp.GradScaler(device_type) if cfg.amp == "fp16" else None
-    loader = train_ds.loader(cfg.batch_size, num_workers=cfg.num_workers)
-    best = earlier_best(cfg) if cfg.resume or _restarted(cfg) else {}
+    scaler = torch.amp.GradScaler(device_type) if cfg.parallel.amp == "fp16" else None
+    loader = train_ds.loader(cfg.optim.batch_size, num_workers=cfg.dataset.num_workers)
+    best = earlier_best(cfg) if cfg.checkpoint.resume or _restarted(cfg) else {}
     history = fit(
         model,
         opt,
@@ -273,18 +279,18 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         scheduler=sched,
         scaler=scaler,
         evaluate=_evaluator(recipe, cfg, val_ds, best) if val_ds is not None else None,
-        transform=augment if cfg.augment and recipe.augments else None,
+        transform=augment if cfg.dataset.augment and recipe.augments else None,
         config=FitConfig(
-            epochs=cfg.epochs,
-            checkpoint_dir=cfg.checkpoint_dir,
-            checkpoint_every=cfg.checkpoint_every,
-            resume=cfg.resume or _restarted(cfg),
+            epochs=cfg.optim.epochs,
+            checkpoint_dir=cfg.checkpoint.checkpoint_dir,
+            checkpoint_every=cfg.checkpoint.checkpoint_every,
+            resume=cfg.checkpoint.resume or _restarted(cfg),
             model_config=model_config(recipe, cfg, classes),
         ),
     )
     meter = ddp.comm_meter(model)
     rank0 = dist.get_rank() == 0
-    testing = cfg.test_split and (rank0 or fsdp.is_sharded(model))
+    testing = cfg.dataset.test_split and (rank0 or fsdp.is_sharded(model))
     test = _test(recipe, cfg, decode, model) if testing else None
     summary = TrainSummary(
         recipe=recipe.name,
@@ -296,8 +302,8 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         history=history,
         best=best,
         comm=meter.totals(),
-        comm_after_start=meter.totals(since=cfg.powersgd_start_iter)
-        if cfg.compression == "powersgd"
+        comm_after_start=meter.totals(since=cfg.parallel.powersgd_start_iter)
+        if cfg.parallel.compression == "powersgd"
         else meter.totals(),
         loader=loader.stats(),
         test=test,
@@ -313,19 +319,24 @@ def _restarted(cfg: RecipeConfig) -> bool:
     """Whether this start is a restart (the elastic agent's, or the stage's next attempt)
     with checkpoints to continue from: then training resumes from the newest one."""
 
-    return bool(cfg.checkpoint_dir) and restart_count() > 0
+    return bool(cfg.checkpoint.checkpoint_dir) and restart_count() > 0
 
 
 def _prepare(net: Any, cfg: RecipeConfig) -> Any:
-    """``net`` wrapped for ``cfg.strategy``: DDP with its compression hook, or FSDP2/HSDP
+    """``net`` wrapped for ``cfg.parallel.strategy``: DDP with its compression hook, or FSDP2/HSDP
     (each block sharded; compression refused, see :func:`gpuspark.train.prepare`)."""
 
-    if cfg.strategy != "ddp":
-        return ddp.prepare(net, strategy=cfg.strategy, compression=cfg.compression, amp=cfg.amp)
+    if cfg.parallel.strategy != "ddp":
+        return ddp.prepare(
+            net,
+            strategy=cfg.parallel.strategy,
+            compression=cfg.parallel.compression,
+            amp=cfg.parallel.amp,
+        )
     return ddp.prepare(
         net,
-        compression=cfg.compression,
-        powersgd_rank=cfg.powersgd_rank,
-        powersgd_start_iter=cfg.powersgd_start_iter,
-        amp=cfg.amp,
+        compression=cfg.parallel.compression,
+        powersgd_rank=cfg.parallel.powersgd_rank,
+        powersgd_start_iter=cfg.parallel.powersgd_start_iter,
+        amp=cfg.parallel.amp,
     )

@@ -90,6 +90,13 @@ class Recipe:
     input_kind: str = ""
     """What the loader decodes for this recipe (``"volume"``, ``"jpeg"``, ``"table"``): the
     planner's decode-rate row."""
+    options: type | None = None
+    """The dataclass of this recipe's own model options (``resnet3d``: depth, stem stride,
+    pooling, window), built with :func:`~gpuspark.train.recipes.config.option` and checked
+    in its ``__post_init__``; ``None``: none. Its fields are :class:`RecipeConfig` options
+    (``cfg.model.of(name)``, or ``cfg.depth`` flat) and, with ``cli`` help, ``gpuspark
+    train`` flags. A name must not repeat one of another recipe or of the shared groups
+    (options several recipes read belong in :class:`~.config.ModelConfig`)."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.keys or not self.best_by:
@@ -184,7 +191,7 @@ def check_dataset(recipe: Recipe, manifest: Manifest, dataset: str) -> None:
 
 def _key_counts(manifest: Manifest) -> dict[str, int]:
     """Records having each sample key; a table dataset's keys are its columns (every block
-    holds every column, see :mod:`gpuspark.data.table`)."""
+    holds every column, see :mod:`gpuspark.data.format.table`)."""
     table = manifest.extra.get("table")
     if isinstance(table, dict):
         return {str(c["name"]): manifest.total_records for c in table.get("columns", [])}

@@ -42,18 +42,18 @@ def build_resnet2d(cfg: RecipeConfig, num_classes: int) -> Any:
     from monai.networks import nets
 
     return nets.resnet50(
-        spatial_dims=2, n_input_channels=3, num_classes=num_classes, widen_factor=cfg.width
+        spatial_dims=2, n_input_channels=3, num_classes=num_classes, widen_factor=cfg.model.width
     )
 
 
 def label_map_classes(cfg: RecipeConfig, manifest: Manifest) -> int:
-    """``cfg.num_classes``, else the size of the manifest's label map."""
-    if cfg.num_classes:
-        return cfg.num_classes
+    """``cfg.model.num_classes``, else the size of the manifest's label map."""
+    if cfg.model.num_classes:
+        return cfg.model.num_classes
     label_map = manifest.extra.get("label_map") or {}
     if not label_map:
         raise RecipeError(
-            f"{cfg.data} has no label map to count classes from", remedy="pass num_classes"
+            f"{cfg.dataset.data} has no label map to count classes from", remedy="pass num_classes"
         )
     return len(label_map)
 

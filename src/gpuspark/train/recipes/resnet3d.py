@@ -13,13 +13,36 @@ import numpy as np
 
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy, roc_auc
-from gpuspark.train.recipes.config import RecipeConfig
+from gpuspark.train.recipes.config import RESNET_DEPTHS, RecipeConfig, option
 from gpuspark.train.recipes.registry import Decoder, Recipe, register_recipe
 
 if TYPE_CHECKING:
     from gpuspark.data.format import Manifest
 
-__all__ = ["RESNET3D", "VolumeDecode", "decode_volume"]
+__all__ = ["RESNET3D", "ResNet3dOptions", "VolumeDecode", "decode_volume"]
+
+
+@dataclass
+class ResNet3dOptions:
+    """The model options of ``resnet3d`` (``width`` is shared: :class:`ModelConfig`)."""
+
+    depth: int = option(18, cli="resnet3d depth: 10, 18, 34 or 50.")
+    """MONAI ResNet depth, one of :data:`RESNET_DEPTHS`."""
+    stem_stride: int = option(1, cli="resnet3d first-conv stride (1 or 2).")
+    """Stride of the first 7^3 convolution (MONAI ``conv1_t_stride``); 2 cuts the compute of
+    the stem, the most expensive layer at full resolution, about 8x."""
+    window: tuple[float, float] | None = option(
+        None, cli="resnet3d re-window LEVEL,WIDTH in HU (e.g. 100,100)."
+    )
+    """Re-window uint8 CT volumes to (level, width) HU (``None``: as stored)."""
+    pool: str = "avg"
+    """Global pooling: ``"avg"`` (MONAI's) or ``"max"`` (small focal findings)."""
+
+    def __post_init__(self) -> None:
+        if self.depth not in RESNET_DEPTHS:
+            raise RecipeError(f"depth must be one of {RESNET_DEPTHS}, got: {self.depth}")
+        if self.pool not in ("avg", "max"):
+            raise RecipeError(f"pool must be 'avg' or 'max', got: {self.pool!r}")
 
 
 def decode_volume(sample: dict[str, Any]) -> tuple[np.ndarray, int]:
@@ -55,19 +78,20 @@ def volume_decoder(cfg: RecipeConfig, manifest: Manifest) -> Decoder:
 
     A re-window needs uint8 volumes whose prep window is recorded in the manifest.
     """
-    if cfg.window is None:
+    window = cfg.model.of("resnet3d").window
+    if window is None:
         return decode_volume
     prep = manifest.extra.get("prep") or {}
     stored = prep.get("window") or {}
     if prep.get("dtype") != "uint8" or "level" not in stored:
         raise RecipeError(
-            f"window={cfg.window} needs uint8 volumes with a recorded window; {cfg.data} has "
+            f"window={window} needs uint8 volumes with a recorded window; {cfg.dataset.data} has "
             f"dtype {prep.get('dtype')!r}, window {stored or None}",
             remedy="prep with the default --dtype uint8, or drop the window option",
         )
     return VolumeDecode(
         stored=(float(stored["level"]), float(stored["width"])),
-        window=(float(cfg.window[0]), float(cfg.window[1])),
+        window=(float(window[0]), float(window[1])),
     )
 
 
@@ -76,15 +100,16 @@ def build_resnet3d(cfg: RecipeConfig, num_classes: int) -> Any:
     import torch
     from monai.networks import nets
 
-    factory = getattr(nets, f"resnet{cfg.depth}")
+    opts = cfg.model.of("resnet3d")
+    factory = getattr(nets, f"resnet{opts.depth}")
     net = factory(
         spatial_dims=3,
         n_input_channels=1,
         num_classes=num_classes,
-        widen_factor=cfg.width,
-        conv1_t_stride=cfg.stem_stride,
+        widen_factor=cfg.model.width,
+        conv1_t_stride=opts.stem_stride,
     )
-    if cfg.pool == "max":
+    if opts.pool == "max":
         # A small focal finding (a lesion of a few dozen voxels) is diluted by global
         # average pooling; global max pooling keeps the strongest local response.
         net.avgpool = torch.nn.AdaptiveMaxPool3d(1)
@@ -114,5 +139,6 @@ RESNET3D = register_recipe(
         shape_options=("depth", "width", "stem_stride", "pool"),
         sample_shape=(1, 64, 64, 64),
         input_kind="volume",
+        options=ResNet3dOptions,
     )
 )

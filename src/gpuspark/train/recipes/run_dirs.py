@@ -16,16 +16,16 @@ __all__ = ["check_run_dirs", "clear_earlier_run", "earlier_best"]
 
 def check_run_dirs(cfg: RecipeConfig, shape: dict[str, Any], num_processes: int | None) -> None:
     """The checkpoint and output directories are usable; a new run finds them empty (or
-    ``cfg.overwrite``); a resume finds a checkpoint written for ``shape`` by
+    ``cfg.checkpoint.overwrite``); a resume finds a checkpoint written for ``shape`` by
     ``num_processes`` ranks. Raises ``CheckpointError`` in one line."""
     for directory, what in _run_dirs(cfg):
         ckpt.check_dir(directory)
-        if not cfg.resume:
-            ckpt.check_new_run(directory, overwrite=cfg.overwrite, what=what)
-    if cfg.resume and cfg.checkpoint_dir:
-        found = ckpt.check_config(cfg.checkpoint_dir, shape, world_size=num_processes)
+        if not cfg.checkpoint.resume:
+            ckpt.check_new_run(directory, overwrite=cfg.checkpoint.overwrite, what=what)
+    if cfg.checkpoint.resume and cfg.checkpoint.checkpoint_dir:
+        found = ckpt.check_config(cfg.checkpoint.checkpoint_dir, shape, world_size=num_processes)
         if found is None:
-            _nothing_to_resume(cfg.checkpoint_dir)
+            _nothing_to_resume(cfg.checkpoint.checkpoint_dir)
 
 
 def _nothing_to_resume(directory: str) -> None:
@@ -40,7 +40,7 @@ def _nothing_to_resume(directory: str) -> None:
 
 def _run_dirs(cfg: RecipeConfig) -> list[tuple[str, str]]:
     """The directories a run writes into, each with the option that names it."""
-    dirs = [(cfg.checkpoint_dir, "--checkpoint-dir"), (cfg.out_dir, "--out")]
+    dirs = [(cfg.checkpoint.checkpoint_dir, "--checkpoint-dir"), (cfg.out_dir, "--out")]
     seen: set[str] = set()
     found = []
     for directory, what in dirs:
@@ -53,7 +53,7 @@ def _run_dirs(cfg: RecipeConfig) -> list[tuple[str, str]]:
 def clear_earlier_run(cfg: RecipeConfig) -> None:
     """With ``cfg.overwrite`` (a new run, after :func:`preflight`): remove the earlier run's
     checkpoints, ``best.pt`` and ``history.json`` from its directories, nothing else."""
-    if cfg.overwrite and not cfg.resume:
+    if cfg.checkpoint.overwrite and not cfg.checkpoint.resume:
         for directory, _ in _run_dirs(cfg):
             ckpt.clear_run(directory)
 

@@ -1,7 +1,7 @@
 """``tabular``: an MLP with categorical embeddings on the tabular datasets of
 ``gpuspark prep parquet`` (the risk-scoring workload).
 
-Reads table datasets (:mod:`gpuspark.data.table`) whose manifest has ``extra["tabular"]``:
+Reads table datasets (:mod:`gpuspark.data.format.table`) whose manifest has ``extra["tabular"]``:
 block columns ``x`` (float32 numeric features, NaN = missing), ``c`` (int32 categorical codes,
 when there are categoricals) and ``label``. Batches come from
 :class:`gpuspark.data.load.TableDataset` as ``(x, y)``: the categorical codes appended to
@@ -22,7 +22,7 @@ from gpuspark.data import format as fmt
 from gpuspark.data.load import TableDataset, World
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy, pr_auc, roc_auc
-from gpuspark.train.recipes.config import RecipeConfig
+from gpuspark.train.recipes.config import RecipeConfig, option
 from gpuspark.train.recipes.registry import Decoder, Recipe, register_recipe
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TABULAR",
     "ClassWeightedLoss",
+    "TabularOptions",
     "TabularSpec",
     "build_tabular",
     "class_weights",
@@ -41,6 +42,24 @@ __all__ = [
 ]
 
 PREP_HINT = "prepare it with `gpuspark prep parquet SRC DST --label COL` (a tabular dataset)"
+
+
+@dataclass
+class TabularOptions:
+    """The model options of ``tabular`` (``dropout`` is shared: :class:`ModelConfig`)."""
+
+    hidden: int = option(128, cli="tabular: hidden units per MLP layer.")
+    """Hidden units of each MLP layer."""
+    layers: int = option(2, cli="tabular: hidden layers of the MLP.")
+    """Hidden layers of the MLP (ReLU, dropout after each)."""
+    class_weights: bool = option(True, cli="tabular: weight the loss by inverse class frequency.")
+    """Weight the loss by inverse class frequency (the manifest's label counts, normalised
+    to mean 1), for imbalanced labels such as 2% defaults."""
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "layers"):
+            if getattr(self, name) < 1:
+                raise RecipeError(f"{name} must be >= 1, got: {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -104,20 +123,20 @@ def _check_width(manifest: Manifest, key: str, expected: int, dataset: str) -> N
 def tabular_check(cfg: RecipeConfig, manifest: Manifest) -> Decoder:
     """The driver's and each rank's check of the dataset (batches come from
     :func:`tabular_dataset`, so the returned decoder is never called on a sample)."""
-    spec = tabular_spec(manifest, cfg.data)
-    _check_width(manifest, "x", len(spec.numeric), cfg.data)
+    spec = tabular_spec(manifest, cfg.dataset.data)
+    _check_width(manifest, "x", len(spec.numeric), cfg.dataset.data)
     if spec.categorical:
-        _check_width(manifest, "c", len(spec.categorical), cfg.data)
+        _check_width(manifest, "c", len(spec.categorical), cfg.dataset.data)
         count = int((manifest.schema.get("c") or {}).get("count", 0))
         if count < manifest.total_records:
             raise RecipeError(
-                f"{cfg.data}: categoricals {', '.join(spec.categorical)} but block column "
+                f"{cfg.dataset.data}: categoricals {', '.join(spec.categorical)} but block column "
                 f"'c' is missing from {manifest.total_records - count} records",
                 remedy="rewrite it with `gpuspark prep parquet`",
             )
     if spec.classes < 2:
         raise RecipeError(
-            f"{cfg.data} has {spec.classes} label class(es); training needs at least 2",
+            f"{cfg.dataset.data} has {spec.classes} label class(es); training needs at least 2",
             remedy="check the label column given to `gpuspark prep parquet --label`",
         )
     return _no_sample_decoding
@@ -131,14 +150,15 @@ def _no_sample_decoding(_sample: dict[str, Any]) -> tuple[np.ndarray, int]:
 
 
 def tabular_classes(cfg: RecipeConfig, manifest: Manifest) -> int:
-    """``extra["tabular"]["classes"]`` (``cfg.num_classes`` when given, never fewer)."""
-    classes = tabular_spec(manifest, cfg.data).classes
-    if cfg.num_classes is not None and cfg.num_classes < classes:
+    """``extra["tabular"]["classes"]`` (``cfg.model.num_classes`` when given, never fewer)."""
+    classes = tabular_spec(manifest, cfg.dataset.data).classes
+    if cfg.model.num_classes is not None and cfg.model.num_classes < classes:
         raise RecipeError(
-            f"num_classes {cfg.num_classes} is below the {classes} classes of {cfg.data}",
+            f"num_classes {cfg.model.num_classes} is below the {classes} classes of "
+            f"{cfg.dataset.data}",
             remedy=f"leave num_classes unset or give at least {classes}",
         )
-    return cfg.num_classes or classes
+    return cfg.model.num_classes or classes
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -175,14 +195,18 @@ def tabular_dataset(cfg: RecipeConfig, split: str | None, training: bool) -> Any
     this rank's shuffled share when ``training``, else the whole split in order (one
     process, no padding rows)."""
 
-    spec = tabular_spec(fmt.load_manifest(cfg.data), cfg.data)
+    spec = tabular_spec(fmt.load_manifest(cfg.dataset.data), cfg.dataset.data)
     columns = ["x", "label"] + (["c"] if spec.categorical else [])
     if training:
         return TableDataset(
-            cfg.data, columns=columns, split=split, seed=cfg.seed, transform=tabular_batch
+            cfg.dataset.data,
+            columns=columns,
+            split=split,
+            seed=cfg.dataset.seed,
+            transform=tabular_batch,
         )
     return TableDataset(
-        cfg.data,
+        cfg.dataset.data,
         columns=columns,
         split=split,
         shuffle=False,
@@ -199,15 +223,17 @@ def build_tabular(cfg: RecipeConfig, num_classes: int) -> Any:
     """:class:`~.tabular_model.TabularNet` sized and normalised by ``cfg.data``'s manifest."""
     from gpuspark.train.recipes.tabular_model import TabularNet
 
-    spec = tabular_spec(fmt.load_manifest(cfg.data), cfg.data)
+    opts = cfg.model.of("tabular")
+
+    spec = tabular_spec(fmt.load_manifest(cfg.dataset.data), cfg.dataset.data)
     return TabularNet(
         spec.mean,
         spec.std,
         spec.vocab_sizes,
         num_classes,
-        hidden=cfg.hidden,
-        layers=cfg.layers,
-        dropout=cfg.dropout,
+        hidden=opts.hidden,
+        layers=opts.layers,
+        dropout=cfg.model.dropout,
     )
 
 
@@ -243,9 +269,9 @@ class ClassWeightedLoss:
 
 def tabular_loss(cfg: RecipeConfig, manifest: Manifest) -> Any:
     """Class-weighted cross entropy (``cfg.class_weights``), else plain cross entropy."""
-    spec = tabular_spec(manifest, cfg.data)
+    spec = tabular_spec(manifest, cfg.dataset.data)
     classes = tabular_classes(cfg, manifest)
-    if not cfg.class_weights:
+    if not cfg.model.of("tabular").class_weights:
         return ClassWeightedLoss(np.ones(classes, dtype=np.float32))
     return ClassWeightedLoss(class_weights(spec.label_counts, classes))
 
@@ -286,6 +312,7 @@ TABULAR = register_recipe(
         best_by=("auc", "acc"),
         shape_options=("hidden", "layers"),
         input_kind="table",
+        options=TabularOptions,
         dataset=tabular_dataset,
         loss=tabular_loss,
         augments=False,

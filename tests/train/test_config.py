@@ -1,0 +1,165 @@
+"""RecipeConfig: nested groups, flat construction and reads, and its `gpuspark train` flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Any
+
+import pytest
+
+from gpuspark.train import recipes
+from gpuspark.train.recipes import RecipeConfig, RecipeError
+from gpuspark.train.recipes.bert import BertOptions
+from gpuspark.train.recipes.config import (
+    CheckpointConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    ParallelConfig,
+    leaf_fields,
+    option,
+)
+from gpuspark.train.recipes.resnet3d import ResNet3dOptions
+from gpuspark.train.recipes.tabular import TabularOptions
+
+NOT_FLAGS = {
+    # Python API only: `gpuspark train` keeps the defaults (the CLI has never had them).
+    "num_workers",
+    "augment",
+    "seed",
+    "weight_decay",
+    "powersgd_start_iter",
+    "num_classes",
+    "out",
+    "pool",
+    "mask_prob",
+}
+RUN_FLAGS = {
+    # `gpuspark train` options that are not RecipeConfig: where and how the run goes.
+    "num_processes",
+    "gpus_per_process",
+    "local",
+    "max_restarts",
+    "max_attempts",
+    "metrics_port",
+    "metrics_host",
+    "team",
+    "master",
+    "spec",
+    "json_out",
+    "recipe",
+}
+
+
+def _train_params() -> dict[str, Any]:
+    import typer.main
+
+    from gpuspark.cli.main import app
+
+    command = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
+    return {p.name: p for p in command.params}
+
+
+def test_every_flag_field_is_a_train_flag_and_back() -> None:
+    leaves = leaf_fields()
+    flags = {n for n, (_, f) in leaves.items() if f.metadata.get("cli")}
+    assert set(leaves) - flags == NOT_FLAGS
+    assert set(_train_params()) == flags | RUN_FLAGS
+
+
+def test_train_flags_match_the_config_metadata() -> None:
+    params = _train_params()
+    for name, (_, f) in leaf_fields().items():
+        meta = f.metadata
+        if not meta.get("cli"):
+            continue
+        param = params[name]
+        assert param.help == meta["cli"], name
+        assert param.opts == list(meta["decls"] or [f"--{name.replace('_', '-')}"]), name
+        if meta["recipe_default"]:  # the recipe's default, else the field's (in the help)
+            said = meta["cli"].split("[default: ")[1].split(";")[0].rstrip("].")
+            assert param.default is None and float(said) == f.default, name
+        elif f.default is dataclasses.MISSING:
+            assert param.required, name
+        else:
+            assert param.default == f.default, name
+
+
+def test_flat_construction_equals_nested() -> None:
+    flat = RecipeConfig(
+        data="ds",
+        test_split="test",
+        epochs=3,
+        lr=0.01,
+        strategy="fsdp",
+        amp="bf16",
+        width=0.5,
+        dropout=0.2,
+        depth=10,
+        window=(100.0, 100.0),
+        hidden=16,
+        size="small",
+        checkpoint_dir="ck",
+        resume=True,
+        extra={"k": 1},
+    )
+    nested = RecipeConfig(
+        dataset=DataConfig(data="ds", test_split="test"),
+        optim=OptimConfig(epochs=3, lr=0.01),
+        parallel=ParallelConfig(strategy="fsdp", amp="bf16"),
+        model=ModelConfig(
+            width=0.5,
+            dropout=0.2,
+            options={
+                "resnet3d": ResNet3dOptions(depth=10, window=(100.0, 100.0)),
+                "tabular": TabularOptions(hidden=16),
+                "bert": BertOptions(size="small"),
+            },
+        ),
+        checkpoint=CheckpointConfig(checkpoint_dir="ck", resume=True),
+        extra={"k": 1},
+    )
+    assert flat == nested
+    assert (flat.data, flat.epochs, flat.depth, flat.hidden, flat.size) == (
+        "ds",
+        3,
+        10,
+        16,
+        "small",
+    )
+    assert flat.out_dir == "ck" and flat.model.of("resnet3d").window == (100.0, 100.0)
+    assert pickle.loads(pickle.dumps(flat)) == flat
+    assert dataclasses.replace(flat, strategy="ddp", depth=18).parallel.strategy == "ddp"
+    assert dataclasses.replace(flat, depth=18).depth == 18
+
+
+def test_flat_and_nested_keep_every_check() -> None:
+    with pytest.raises(RecipeError, match="depth must be one of"):
+        RecipeConfig(data="-", depth=20)
+    with pytest.raises(RecipeError, match="depth must be one of"):
+        ResNet3dOptions(depth=20)
+    with pytest.raises(RecipeError, match=r"dropout must be in \[0, 1\)"):
+        RecipeConfig(data="-", dropout=1.0)
+    with pytest.raises(RecipeError, match="resume and overwrite contradict"):
+        RecipeConfig(data="-", checkpoint=CheckpointConfig(resume=True), overwrite=True)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        RecipeConfig(data="-", bogus=1)
+    with pytest.raises(AttributeError):
+        _ = RecipeConfig(data="-").bogus
+
+
+def test_a_recipe_option_must_not_repeat_a_name() -> None:
+    @dataclasses.dataclass
+    class Clash:
+        depth: int = option(3, cli="clash")
+
+    recipe = dataclasses.replace(recipes.get_recipe("resnet2d"), name="clash", options=Clash)
+    recipes.register_recipe(recipe)
+    try:
+        with pytest.raises(
+            RecipeError, match="option 'depth' of recipe:resnet3d is also declared by recipe:clash"
+        ):
+            RecipeConfig(data="-")
+    finally:
+        recipes.unregister_recipe("clash")
