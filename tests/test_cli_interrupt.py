@@ -117,45 +117,63 @@ def _prep_source(tmp_path: Path, kind: str) -> list[str]:
     return [str(tmp_path / "src")]
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("kind", ["images", pytest.param("text", marks=pytest.mark.slow)])
-def test_sigint_during_prep_stops_cleanly(tmp_path: Path, kind: str) -> None:
-    args = _prep_source(tmp_path, kind)
-    state, dst = tmp_path / "state", tmp_path / "dst"
+def _cli(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """``gpuspark ARGS`` in its own session (a terminal's Ctrl-C goes to the foreground process
+    group), with a private state, log dir and home."""
     env = {
         **os.environ,
         "PYTHONPATH": SRC,
-        "GPUSPARK_STATE_DIR": str(state),
+        "GPUSPARK_STATE_DIR": str(tmp_path / "state"),
         "GPUSPARK_LOG_DIR": str(tmp_path / "logs"),
+        "HOME": str(tmp_path / "home"),
         "COLUMNS": "200",
     }
     env.pop("GPUSPARK_DEBUG", None)
-    cmd = [sys.executable, "-m", "gpuspark.cli.main", "prep", kind]
-    proc = subprocess.Popen(
-        [*cmd, args[0], str(dst), *args[1:]],
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuspark.cli.main", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        start_new_session=True,  # a terminal's Ctrl-C goes to the foreground process group
+        start_new_session=True,
     )
+
+
+def _ctrl_c(proc: subprocess.Popen[str], out: _Output, timeout: float = 60) -> tuple[int, str]:
+    """Ctrl-C to the command's process group; its exit code and whole output."""
+    try:
+        assert proc.poll() is None, out.text
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return rc, out.close()
+
+
+def _quiet(text: str, *noise: str) -> None:
+    for word in ("Traceback", "py4j", "Exception ignored", "\tat ", *noise):
+        assert word not in text, (word, text)
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # a fresh cluster per command (about 30 s); the unit tests run by default
+@pytest.mark.parametrize("kind", ["images", "text"])
+def test_sigint_during_prep_stops_cleanly(tmp_path: Path, kind: str) -> None:
+    args = _prep_source(tmp_path, kind)
+    state, dst = tmp_path / "state", tmp_path / "dst"
+    proc = _cli(tmp_path, "prep", kind, args[0], str(dst), *args[1:])
     out = _Output(proc)
     try:
         assert out.wait_for("embedded cluster up", 180), out.text
         pids = [*_cluster_pids(state / "cluster.json")]
         out.wait_for("Spark driver log", 60)  # logged once the session is up
         time.sleep(3)  # the listing job runs
-        assert proc.poll() is None, out.text
-        os.killpg(proc.pid, signal.SIGINT)
-        rc = proc.wait(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    text = out.close()
+        rc, text = _ctrl_c(proc, out)
     assert rc == 130, text
     assert f"interrupted: prep {kind} stopped; nothing was written" in text, text
-    for noise in ("Traceback", "py4j", "Exception ignored", "\tat "):
-        assert noise not in text, (noise, text)
+    _quiet(text)
     assert not [ln for ln in text.splitlines() if ln.startswith("done ")], text  # the bar
     assert not (dst / "manifest.json").exists()
     assert not (state / "cluster.json").exists(), text
@@ -216,37 +234,16 @@ def test_sigint_during_train_on_spark_is_one_line(tmp_path: Path) -> None:
         for i in range(16):
             vol = rng.integers(0, 255, (8, 8, 8), dtype=np.uint8)
             w.write({"volume": vol, "label": i % 2}, split="train" if i % 4 else "val")
-    state, ck = tmp_path / "state", tmp_path / "ck"
-    env = {
-        **os.environ,
-        "PYTHONPATH": SRC,
-        "GPUSPARK_STATE_DIR": str(state),
-        "GPUSPARK_LOG_DIR": str(tmp_path / "logs"),
-        "HOME": str(tmp_path / "home"),
-        "COLUMNS": "200",
-    }
-    env.pop("GPUSPARK_DEBUG", None)
-    cmd = [sys.executable, "-m", "gpuspark.cli.main", "train", "resnet3d", "--data"]
-    args = [str(tmp_path / "ct"), "-n", "2", "--epochs", "500", "--batch-size", "4"]
-    proc = subprocess.Popen(
-        [*cmd, *args, "--depth", "10", "--checkpoint-dir", str(ck), "--metrics-port", "0"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    ck = tmp_path / "ck"
+    args = ["--data", str(tmp_path / "ct"), "-n", "2", "--epochs", "500", "--batch-size", "4"]
+    args += ["--depth", "10", "--checkpoint-dir", str(ck), "--metrics-port", "0"]
+    proc = _cli(tmp_path, "train", "resnet3d", *args)
     out = _Output(proc)
     try:
         assert out.wait_for("[rank 0] epoch 1:", 240), out.text
-        os.killpg(proc.pid, signal.SIGINT)
-        rc = proc.wait(timeout=90)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    text = out.close()
+        rc, text = _ctrl_c(proc, out, timeout=90)
     assert rc == 130, text
     assert f"interrupted: train stopped; checkpoints in {ck} are kept" in text, text
-    for noise in ("Traceback", "Exception ignored", "\tat ", "py4j", "ERROR"):
-        assert noise not in text, (noise, text)
-    assert not (state / "cluster.json").exists(), text
+    _quiet(text, "ERROR")
+    assert not (tmp_path / "state" / "cluster.json").exists(), text

@@ -1,10 +1,11 @@
 """Fuzz every file-taking option of every command with bad inputs (design principle 5).
 
-Each case runs ``gpuspark`` as a subprocess in a fresh working directory, with
-``GPUSPARK_STATE_DIR``, ``GPUSPARK_LOG_DIR`` and ``HOME`` inside ``tmp_path`` (no real embedded
-cluster is found) and ``JAVA_HOME`` pointing nowhere (a case that tried to start Spark would
-fail on that, not on its input). Every case must end within 60 s with exit code 1 (one line
-``error: ...`` naming the bad path) or 2 (a usage error), and print no traceback.
+Each case runs ``gpuspark`` in-process (:func:`gpuspark.cli.main.main`) in a fresh working
+directory, with ``GPUSPARK_STATE_DIR``, ``GPUSPARK_LOG_DIR`` and ``HOME`` inside ``tmp_path``
+(no real embedded cluster is found); starting a child process (Spark's JVM, a cluster, a rank)
+raises a marker no command can catch, so a case that got as far as starting work fails on that,
+not on its input. Every case must end with exit code 1 (one line ``error: ...`` naming the bad
+path) or 2 (a usage error), and print no traceback.
 
 Input kinds: ``missing`` (no such path), ``empty`` (an empty file), ``dir`` (a directory where
 a file is expected), ``file`` (a text file where a directory is expected), ``binary``
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -173,35 +173,52 @@ def _argv(tmp: Path, cmd: str, bad: Path) -> list[str]:
     return [w.format(**{k: str(v) for k, v in values.items()}) for w in cmd.split()]
 
 
+class _Started(BaseException):  # not an error: a marker that work began
+    """A command started a child process (Spark's JVM, a cluster, a rank) on a bad input."""
+
+
 @pytest.mark.parametrize(("cmd", "kind", "wrong"), CASES)
-def test_bad_input_is_one_line(tmp_path: Path, cmd: str, kind: str, wrong: str) -> None:
+def test_bad_input_is_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    cmd: str,
+    kind: str,
+    wrong: str,
+) -> None:
+    from gpuspark.cli.main import main
+
     work = tmp_path / "cwd"
     work.mkdir()
     bad = _bad(tmp_path, kind, wrong)
+    argv = _argv(tmp_path, cmd, bad)
     state = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSPARK_", "SPARK_"))}
-    env.update(
-        GPUSPARK_STATE_DIR=str(state),
-        GPUSPARK_LOG_DIR=str(tmp_path / "logs"),
-        HOME=str(tmp_path / "home"),
-        JAVA_HOME=str(tmp_path / "no-java"),
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuspark.cli.main", *_argv(tmp_path, cmd, bad)],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    out = proc.stdout + proc.stderr
+    for name in [k for k in os.environ if k.startswith(("GPUSPARK_", "SPARK_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("GPUSPARK_STATE_DIR", str(state))
+    monkeypatch.setenv("GPUSPARK_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("GPUSPARK_MONITOR_DIR", str(tmp_path / "mon"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise _Started(args[:2])
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", started)
+    monkeypatch.setattr(os, "fork", started)
+    monkeypatch.chdir(work)
+    try:
+        rc = main(argv)
+    except _Started as exc:
+        pytest.fail(f"{' '.join(argv)}: accepted, and started {exc}")
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
     assert "Traceback" not in out, out
-    assert proc.returncode in (1, 2), out
+    assert rc in (1, 2), out
     assert not state.exists() or not any(state.iterdir()), "a cluster was started"
     assert not any(work.iterdir()), f"a refused command wrote {sorted(work.iterdir())}"
-    if proc.returncode == 1:
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    if rc == 1:
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
         named = (str(bad), str(bad.resolve()), os.path.relpath(bad, work))
         assert any(n in lines[0] for n in named), f"{lines[0]!r} does not name {bad}"
         # GpusparkError(remedy=...) prints "message (remedy)"

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.spark
 SCRIPT = "import os\nprint('rank', os.environ['RANK'], flush=True)\n"
 
 
+@pytest.mark.slow  # a fresh cluster and a killed worker (about 40 s); test_fit covers the refusal
 def test_unfit_launch_fails_in_seconds_dead_worker_is_reported(tmp_path: Path, cli: Any) -> None:
     state = tmp_path / "state"
     (tmp_path / "ddp.py").write_text(SCRIPT)

@@ -126,6 +126,7 @@ def test_session_refuses_in_seconds_instead_of_waiting(local_cluster: Any) -> No
     assert took < 30, took
 
 
+@pytest.mark.slow  # waits for Spark's 15 s starvation warning
 @pytest.mark.spark
 def test_a_job_waiting_on_a_busy_cluster_says_so(spark: Any, local_cluster: Any) -> None:
     """The shared session holds every core; a second driver's shape fits the workers, so it is

@@ -24,6 +24,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return rc, capsys.readouterr().out
 
 
+@pytest.mark.slow  # a fresh cluster (about 20 s); the README quickstart runs up/status/down
 def test_cli_up_status_down_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = str(tmp_path / "state")
     rc, out = _cli(capsys, "cluster", "up", "--workers", "2", "--gpus", "2", "--state-dir", state)

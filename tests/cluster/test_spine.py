@@ -60,6 +60,7 @@ def _gpu_of_each_rank(out_dir: str) -> None:
     Path(out_dir, os.environ["RANK"]).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
 
 
+@pytest.mark.slow  # a fresh cluster end to end (about 50 s); units and the README cover it
 def test_spec_shapes_the_cluster_data_tasks_share_gpus_ranks_get_whole_ones(
     tmp_path: Path, cli: Any
 ) -> None:

@@ -255,6 +255,7 @@ def _barrier_job(spark: Any, partitions: int) -> Any:
     return lambda: rdd.barrier().mapPartitions(lambda it: it).collect()
 
 
+@pytest.mark.slow  # waits out Spark's barrier-slot check (about 20 s)
 @pytest.mark.spark
 def test_a_barrier_stage_asking_more_slots_than_exist(spark_factory: Any, tmp_path: Path) -> None:
     spark = spark_factory.get(

@@ -79,9 +79,7 @@ def _counting(original: Any, buffer_arg: str) -> Any:
 
 
 def meter_groups(meter: CommMeter, groups: list[Any]) -> None:
-    """Count the collectives issued on ``groups`` into ``meter`` (a group of one rank moves
-    nothing: not counted)."""
+    """Count the collectives issued on ``groups`` into ``meter``."""
     _install_collective_counters()
     for group in groups:
-        if group.size() > 1:
-            _METERS[id(group)] = meter
+        _METERS[id(group)] = meter

@@ -275,7 +275,10 @@ def prepare_sharded(
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     meter = ShardedCommMeter(compression="none", device_type=device.type)
-    meter_groups(meter, [mesh.get_group(dim) for dim in range(mesh.ndim)])
+    # A mesh dimension of one rank (HSDP's replicate group on one node) moves nothing. (DDP's
+    # hook hands its buckets to all_reduce in a world of one too: counted, as it always was.)
+    groups = [mesh.get_group(dim) for dim in range(mesh.ndim)]
+    meter_groups(meter, [g for g in groups if g.size() > 1])
     info = ShardedInfo(
         meter=meter,
         amp=amp,
