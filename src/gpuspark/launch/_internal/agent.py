@@ -406,7 +406,13 @@ def _collect(spec: TaskSetup, log_dir: str, status: int, why: str | None, tails:
 
     path = os.path.join(log_dir, "result.pkl")
     if why is not None:
-        return {"ok": False, "stopped": why, "task": spec.task_index}
+        # Told to stop (another task failed first, or the time ran out): a rank of this task
+        # may have failed before that, and its error file is then the root cause to report.
+        stopped: dict[str, Any] = {"ok": False, "stopped": why, "task": spec.task_index}
+        if _error_files(log_dir):
+            stopped["failures"] = []
+            _describe(stopped, spec, log_dir, tails)
+        return stopped
     if not os.path.exists(path):
         return {
             "ok": False,
