@@ -401,3 +401,27 @@ def test_spark_cli_launch_plain_ddp_script(spark: Any, local_cluster: Any, tmp_p
     args = ["launch", "--master", local_cluster.master_url, "-n", "2", str(script)]
     assert main([*args, "--", "--steps", "3", "--out", str(out)]) == 0
     assert out.read_text().startswith("2 ")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_more_ranks_than_the_cluster_has_gpus_is_refused_before_a_session(
+    local_cluster: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    dry_run: bool,
+) -> None:
+    """-n 99 on a 4-GPU cluster: one line with the numbers, from the master's status page
+    (not the executors' capacity check, which needs a Spark session), dry run or not."""
+    from gpuspark.cli.main import main
+
+    monkeypatch.setenv("GPUSPARK_STATE_DIR", str(local_cluster.state_dir))
+    script = tmp_path / "train.py"
+    script.write_text("print('never')\n")
+    argv = ["launch", "-n", "99", str(script)] + (["--dry-run"] if dry_run else [])
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "99 ranks x 1 GPU need 99 GPUs; the cluster at spark://" in err, err
+    assert "has 4 in all (2 workers) (use -n 4 or fewer" in err, err

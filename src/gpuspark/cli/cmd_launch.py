@@ -66,6 +66,7 @@ def launch(
 ) -> None:
     """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it."""
     from gpuspark.launch import make_request, prepare, run_request
+    from gpuspark.launch.cluster_total import check_cluster_total
 
     req = make_request(
         script,
@@ -84,7 +85,8 @@ def launch(
         metrics_host=metrics_host,
     )
     if dry_run:  # checked as the run would be (spec, team, its GPUs), then printed
-        prepare(req, spec)
+        job = prepare(req, spec)
+        check_cluster_total(req, job.master)
         print_json({"plan": req.materialize()}) if json_out else typer.echo(req.materialize())
         return
     start = time.monotonic()

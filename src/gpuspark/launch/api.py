@@ -10,6 +10,7 @@ from gpuspark.cluster.monitor_dirs import targets_dir
 from gpuspark.cluster.session import JobKind
 from gpuspark.cluster.submit import JobContext, prepare_job
 from gpuspark.errors import HostLostError, LaunchError
+from gpuspark.launch.cluster_total import check_cluster_total
 from gpuspark.launch.local import run_local
 from gpuspark.launch.preflight import preflight
 from gpuspark.launch.request import LaunchRequest, make_request
@@ -41,6 +42,7 @@ def run_request(
     if spark is not None:
         sc = spark.sparkContext if hasattr(spark, "sparkContext") else spark
         return _attempts(req, sc, job)
+    check_cluster_total(req, job.master)  # before a session: only the master's page is read
     with job.session() as session:
         return _attempts(req, session.sparkContext, job)
 
