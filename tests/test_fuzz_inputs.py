@@ -22,10 +22,11 @@ tests) and ``render spark --discovery-script`` (a path on the cluster nodes, nev
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from _no_work import Started, refuse_work  # tests/_no_work.py
 
 BINARY = bytes(range(128, 256)) * 8 + b"\x00\xff\xfe"
 
@@ -173,10 +174,6 @@ def _argv(tmp: Path, cmd: str, bad: Path) -> list[str]:
     return [w.format(**{k: str(v) for k, v in values.items()}) for w in cmd.split()]
 
 
-class _Started(BaseException):  # not an error: a marker that work began
-    """A command started a child process (Spark's JVM, a cluster, a rank) on a bad input."""
-
-
 @pytest.mark.parametrize(("cmd", "kind", "wrong"), CASES)
 def test_bad_input_is_one_line(
     tmp_path: Path,
@@ -193,22 +190,10 @@ def test_bad_input_is_one_line(
     bad = _bad(tmp_path, kind, wrong)
     argv = _argv(tmp_path, cmd, bad)
     state = tmp_path / "state"
-    for name in [k for k in os.environ if k.startswith(("GPUSPARK_", "SPARK_"))]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("GPUSPARK_STATE_DIR", str(state))
-    monkeypatch.setenv("GPUSPARK_LOG_DIR", str(tmp_path / "logs"))
-    monkeypatch.setenv("GPUSPARK_MONITOR_DIR", str(tmp_path / "mon"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-
-    def started(*args: object, **kwargs: object) -> None:
-        raise _Started(args[:2])
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", started)
-    monkeypatch.setattr(os, "fork", started)
-    monkeypatch.chdir(work)
+    refuse_work(monkeypatch, tmp_path, work)
     try:
         rc = main(argv)
-    except _Started as exc:
+    except Started as exc:
         pytest.fail(f"{' '.join(argv)}: accepted, and started {exc}")
     captured = capsys.readouterr()
     out = captured.out + captured.err

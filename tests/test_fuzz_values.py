@@ -5,26 +5,20 @@ line on stderr (``error: ...``) and no traceback, before any work starts.
 The commands run in-process through :func:`gpuspark.cli.main.main`: a walk over the click
 command tree finds every option and its type, so a new option is fuzzed without a line here.
 Work that would start (a child process: Spark's JVM, Prometheus, a rank) raises
-:class:`_Started`, which no command can catch as an error, so a value that slips through
-fails its case instead of starting anything. The other arguments are valid, so the fuzzed
-value is what is refused.
+``Started`` (tests/_no_work.py), which no command can catch as an error, so a value that
+slips through fails its case instead of starting anything. The other arguments are valid,
+so the fuzzed value is what is refused.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any, get_args
 
 import pytest
 
+from _no_work import Started, refuse_work  # tests/_no_work.py
 from gpuspark.cli.main import EMPTY_ALLOWED, INFINITE_ALLOWED, main
-
-
-class _Started(BaseException):  # not an error: a marker that work began
-    """A command started work (a child process) with the fuzzed value."""
-
 
 # The other arguments of each command: valid, so the fuzzed option decides. {SPEC} a valid
 # spec, {SRC} a folder, {DST} a new folder, {SCRIPT} a script, {LOG} a log file.
@@ -95,16 +89,17 @@ def _annotation(param: Any) -> Any:
 def _bad_values(param: Any) -> list[tuple[str, str]]:
     """``(kind, value)`` pairs no command may accept for ``param``."""
     ann = _annotation(param)
-    values = [] if param.opts[0] in EMPTY_ALLOWED else [("empty", "")]
+    name = next(o for o in param.opts if o.startswith("--"))
+    values = [] if name in EMPTY_ALLOWED else [("empty", "")]
     if ann in (int, float):
         values.append(("type", "abc"))
-        if param.opts[0] not in NEGATIVE_OK and (param.min is None or param.min >= 0):
+        if name not in NEGATIVE_OK and (param.min is None or param.min >= 0):
             values.append(("range", "-1"))
         if param.max is not None:
             values.append(("range", str(param.max + 1)))
     if ann is float:
         values.append(("range", "nan"))
-        values += [] if param.opts[0] in INFINITE_ALLOWED else [("range", "inf")]
+        values += [] if name in INFINITE_ALLOWED else [("range", "inf")]
     return values
 
 
@@ -114,13 +109,14 @@ def _cases() -> list[Any]:
         if words not in BASE:
             continue  # a group without options of its own; its commands are listed
         for param in cmd.params:
-            if not param.opts or not param.opts[0].startswith("--") or param.is_flag:
+            long = [o for o in param.opts if o.startswith("--")]
+            if not long or param.is_flag:
                 continue
             if param.opts[0] == "--help" or param.multiple or param.nargs != 1:
                 continue
             for kind, value in _bad_values(param):
-                case_id = f"{words} {param.opts[0]}={value or '<empty>'}:{kind}"
-                cases.append(pytest.param(words, param.opts[0], value, id=case_id))
+                case_id = f"{words} {long[0]}={value or '<empty>'}:{kind}"
+                cases.append(pytest.param(words, long[0], value, id=case_id))
     return cases
 
 
@@ -152,20 +148,8 @@ def _argv(tmp: Path, words: str, option: str, value: str) -> list[str]:
 
 @pytest.fixture()
 def no_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private home and state; starting a child process raises :class:`_Started`."""
-    for name in [k for k in os.environ if k.startswith("GPUSPARK_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("GPUSPARK_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("GPUSPARK_LOG_DIR", str(tmp_path / "logs"))
-    monkeypatch.setenv("GPUSPARK_MONITOR_DIR", str(tmp_path / "mon"))
-
-    def started(*args: Any, **kwargs: Any) -> Any:
-        raise _Started(args[:2])
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", started)
-    monkeypatch.setattr(os, "fork", started)
-    monkeypatch.chdir(tmp_path)
+    """A private home and state; starting a child process raises ``Started``."""
+    refuse_work(monkeypatch, tmp_path, tmp_path)
     return tmp_path
 
 
@@ -176,7 +160,7 @@ def test_bad_value_is_one_line(
     argv = _argv(no_work, words, option, value)
     try:
         rc = main(argv)
-    except _Started as exc:
+    except Started as exc:
         pytest.fail(f"{' '.join(argv)}: accepted, and started {exc}")
     err = capsys.readouterr().err
     assert rc in (1, 2), f"{' '.join(argv)}: exit {rc}\n{err}"
