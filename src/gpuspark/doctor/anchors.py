@@ -14,6 +14,7 @@ raw bytes of a JSON event-log line can be searched too.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 __all__ = ["MIN_ANCHOR", "is_safe", "literal_runs", "required_literals"]
 
@@ -30,9 +31,10 @@ def _safe(ch: str) -> bool:
     return " " <= ch <= "~" and ch not in _JSON_UNSAFE
 
 
-def _split_top(pattern: str) -> list[str]:
-    """``pattern`` cut at its top-level ``|`` (not inside a group or a character class)."""
-    parts, depth, start, i = [], 0, 0, 0
+def _scan(pattern: str, start: int = 0) -> Iterator[tuple[int, int]]:
+    """``(index, group depth after it)`` of every character from ``start`` that is neither
+    escaped nor inside a character class."""
+    depth, i = 0, start
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\":
@@ -42,11 +44,15 @@ def _split_top(pattern: str) -> list[str]:
             i = _class_end(pattern, i)
             continue
         depth += {"(": 1, ")": -1}.get(ch, 0)
-        if ch == "|" and depth == 0:
-            parts.append(pattern[start:i])
-            start = i + 1
+        yield i, depth
         i += 1
-    return [*parts, pattern[start:]]
+
+
+def _split_top(pattern: str) -> list[str]:
+    """``pattern`` cut at its top-level ``|`` (not inside a group or a character class)."""
+    cuts = [i for i, depth in _scan(pattern) if depth == 0 and pattern[i] == "|"]
+    bounds = zip([-1, *cuts], [*cuts, len(pattern)], strict=True)
+    return [pattern[a + 1 : b] for a, b in bounds]
 
 
 def _class_end(pattern: str, i: int) -> int:
@@ -63,20 +69,7 @@ def _class_end(pattern: str, i: int) -> int:
 
 def _group_end(pattern: str, i: int) -> int:
     """The index just after the group that opens at ``i``."""
-    depth, j = 0, i
-    while j < len(pattern):
-        ch = pattern[j]
-        if ch == "\\":
-            j += 2
-            continue
-        if ch == "[":
-            j = _class_end(pattern, j)
-            continue
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        j += 1
-        if depth == 0:
-            return j
-    return j
+    return next((j + 1 for j, depth in _scan(pattern, i) if depth == 0), len(pattern))
 
 
 def _skip_quantifier(pattern: str, i: int) -> int:
