@@ -143,7 +143,7 @@ def _disk_full(exc: BaseException) -> bool:
 
 def _disk_full_error(argv: list[str] | None) -> GpusparkError:
     words = _command_words(sys.argv[1:] if argv is None else argv)
-    kept = _safe_note() or _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
+    kept = _kept(words)
     return GpusparkError(
         f"{words}: no space left on device; {kept}",
         remedy="free space where the output goes, or write it elsewhere",
@@ -184,7 +184,7 @@ def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
     if exc is not None and os.environ.get(envvars.DEBUG.name) == "1":
         traceback.print_exception(exc)
     words = _command_words(sys.argv[1:] if argv is None else argv)
-    kept = _safe_note() or _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
+    kept = _kept(words)
     sys.stderr.write(f"interrupted: {words} stopped; {kept}\n")
     return 130
 
@@ -242,6 +242,11 @@ def _usage_error(exc: Exception, message: str, code: int) -> int:
     text = " ".join(message.split())
     sys.stderr.write(f"error: {text} (see '{path} --help')\n")
     return code
+
+
+def _kept(words: str) -> str:
+    """What the stopped command leaves: its own note, else its group's default."""
+    return _safe_note() or _KEPT_ON_INTERRUPT.get(words.split(" ")[0], "nothing was written")
 
 
 def _safe_note() -> str | None:
