@@ -17,6 +17,7 @@ from gpuspark.train.recipes.config import (
     ModelConfig,
     OptimConfig,
     ParallelConfig,
+    flag_fields,
     leaf_fields,
     option,
 )
@@ -163,3 +164,66 @@ def test_a_recipe_option_must_not_repeat_a_name() -> None:
             RecipeConfig(data="-")
     finally:
         recipes.unregister_recipe("clash")
+
+
+def test_the_builtin_options_table_is_the_registry() -> None:
+    from gpuspark.train.recipes.options import BUILTIN_OPTIONS
+
+    registered = {n: c for n in recipes.recipe_names() if (c := recipes.get_recipe(n).options)}
+    assert registered == BUILTIN_OPTIONS
+    assert set(flag_fields()) == set(leaf_fields())
+
+
+def test_train_flags_are_made_without_torch_or_numpy() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gpuspark.cli.main import _command; _command(); "
+        "print(sorted(m for m in ('torch', 'numpy', 'pyspark') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], {"batch_size": 512, "val_split": "val", "window": None}),
+        (["--batch-size", "4", "--val-split", "none"], {"batch_size": 4, "val_split": None}),
+        (["--train-split", "all", "--window", "40,400"], {"train_split": None}),
+        (["--window", "-50.5,350"], {"window": (-50.5, 350.0)}),
+    ],
+)
+def test_train_flags_become_the_config(
+    flags: list[str], expected: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuspark.cli.main import main
+
+    seen: list[RecipeConfig] = []
+
+    def run(name: str, cfg: RecipeConfig, **how: Any) -> None:
+        seen.append(cfg)  # the library call the command ends in, stopped before any work
+        raise _Stopped
+
+    monkeypatch.setattr(recipes, "run", run)
+    with pytest.raises(_Stopped):
+        main(["train", "tabular", "--data", "ds", *flags])
+    cfg = seen[0]
+    for name, value in expected.items():
+        assert getattr(cfg, name) == value, name
+    assert cfg.data == "ds" and cfg.epochs == 10
+
+
+@pytest.mark.parametrize("value", ["100", "100,0", "a,b", "1,2,3"])
+def test_a_bad_window_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuspark.cli.main import main
+
+    assert main(["train", "resnet3d", "--data", "ds", "--window", value]) == 2
+    err = capsys.readouterr().err
+    assert "--window" in err and "LEVEL,WIDTH in HU with WIDTH > 0" in err, err
+    assert f"got {value!r}" in err
+
+
+class _Stopped(Exception):
+    pass

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import types
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,16 +18,16 @@ from gpuspark.cli._common import (
     SpecOpt,
     echo,
     on_interrupt,
-    parse_numbers,
     print_json,
     print_table,
 )
+from gpuspark.train.recipes.config import flag_fields
 
 if TYPE_CHECKING:
     from gpuspark.train.recipes import TrainSummary
 
 
-def train(
+def _run_options(
     recipe: Annotated[
         str,
         typer.Argument(
@@ -30,63 +35,12 @@ def train(
             "(tables from `gpuspark prep parquet`) or bert (text from `gpuspark prep text`)."
         ),
     ],
-    data: Annotated[Path, typer.Option("--data", help="Dataset written by `gpuspark prep`.")],
-    epochs: Annotated[
-        int | None, typer.Option(help="Passes over the training split [default: 10].")
-    ] = None,
-    batch_size: Annotated[
-        int | None, typer.Option(help="Batch size per rank [default: 8; tabular: 512].")
-    ] = None,
-    lr: Annotated[
-        float | None, typer.Option(help="AdamW learning rate, cosine schedule [default: 1e-3].")
-    ] = None,
-    strategy: Annotated[
-        str,
-        typer.Option(
-            help="ddp (full replicas), fsdp (each rank holds a shard of the model state) or "
-            "hsdp (sharded within a node, replicated across nodes)."
-        ),
-    ] = "ddp",
-    compression: Annotated[
-        str | None,
-        typer.Option(help="Gradient compression (ddp only): fp16, bf16 or powersgd."),
-    ] = None,
-    powersgd_rank: Annotated[int, typer.Option(help="PowerSGD matrix rank.")] = 2,
-    amp: Annotated[str | None, typer.Option(help="Mixed precision: bf16 or fp16.")] = None,
-    depth: Annotated[int, typer.Option(help="resnet3d depth: 10, 18, 34 or 50.")] = 18,
-    width: Annotated[float, typer.Option(help="Channel width multiplier (MONAI).")] = 1.0,
-    stem_stride: Annotated[int, typer.Option(help="resnet3d first-conv stride (1 or 2).")] = 1,
-    window: Annotated[
-        str | None, typer.Option(help="resnet3d re-window LEVEL,WIDTH in HU (e.g. 100,100).")
-    ] = None,
-    hidden: Annotated[int, typer.Option(help="tabular: hidden units per MLP layer.")] = 128,
-    layers: Annotated[int, typer.Option(help="tabular: hidden layers of the MLP.")] = 2,
-    dropout: Annotated[float, typer.Option(help="tabular, bert: dropout after each layer.")] = 0.1,
-    size: Annotated[
-        str, typer.Option(help="bert: encoder size tiny, small, base or large.")
-    ] = "tiny",
-    class_weights: Annotated[
-        bool, typer.Option(help="tabular: weight the loss by inverse class frequency.")
-    ] = True,
     num_processes: Annotated[
         int, typer.Option("--num-processes", "-n", help="Training processes (ranks).", min=1)
     ] = 2,
     gpus_per_process: Annotated[float, typer.Option(help="GPUs per rank.")] = 1,
     local: Annotated[
         bool, typer.Option(help="Run ranks as local processes, not on Spark.")
-    ] = False,
-    checkpoint_dir: Annotated[
-        Path | None, typer.Option(help="Checkpoints (every epoch), best.pt, history.json.")
-    ] = None,
-    checkpoint_every: Annotated[int, typer.Option(help="Also every N steps (0: off).")] = 0,
-    resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint.")] = False,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite",
-            help="Start a new run in a --checkpoint-dir that holds an earlier one (its "
-            "checkpoints, best.pt and history.json are removed; other files stay).",
-        ),
     ] = False,
     max_restarts: Annotated[
         int,
@@ -104,17 +58,6 @@ def train(
             "from the newest checkpoint).",
         ),
     ] = 1,
-    threads: Annotated[int | None, typer.Option(help="torch threads per rank.")] = None,
-    train_split: Annotated[
-        str, typer.Option(help="Split to train on; 'all': every record (no splits).")
-    ] = "train",
-    val_split: Annotated[
-        str, typer.Option(help="Split scored after each epoch; 'none': no validation.")
-    ] = "val",
-    test_split: Annotated[
-        str | None,
-        typer.Option(help="Split scored once at the end with the best model (e.g. test)."),
-    ] = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(help="Base port of the ranks' /metrics (+ local rank; 0: off; default 9700)."),
@@ -133,55 +76,121 @@ def train(
     spec: SpecOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
+    """The options of ``gpuspark train`` that are no :class:`RecipeConfig` field: which recipe,
+    where and how the ranks run. The config's own flags are made from its fields."""
+
+
+def train(recipe: str, **options: Any) -> None:
     """Train a recipe with DDP or FSDP on the cluster (embedded one by default); rank 0 logs
     epochs."""
     from gpuspark.train import recipes
 
-    on_interrupt(lambda: _kept_on_interrupt(checkpoint_dir))
-    given = {"epochs": epochs, "batch_size": batch_size, "lr": lr}
-    cfg = recipes.RecipeConfig(
-        data=str(data),
-        **_with_recipe_defaults(recipe, given),
-        strategy=strategy,
-        compression=compression,
-        powersgd_rank=powersgd_rank,
-        amp=amp,
-        depth=depth,
-        width=width,
-        stem_stride=stem_stride,
-        window=_window(window),
-        hidden=hidden,
-        layers=layers,
-        dropout=dropout,
-        class_weights=class_weights,
-        size=size,
-        threads=threads,
-        checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
-        checkpoint_every=checkpoint_every,
-        resume=resume,
-        overwrite=overwrite,
-        train_split=None if train_split == "all" else train_split,
-        val_split=None if val_split == "none" else val_split,
-        test_split=test_split,
-    )
-    summary = recipes.run(
-        recipe,
-        cfg,
-        num_processes=num_processes,
-        gpus_per_process=gpus_per_process,
-        master=master,
-        spec=spec,
-        local=local,
-        team=team,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        max_restarts=max_restarts,
-        max_attempts=max_attempts,
-    )
+    run = {name: options.pop(name) for name in _RUN_NAMES}
+    directory = options.get("checkpoint_dir")
+    on_interrupt(lambda: _kept_on_interrupt(directory))
+    cfg = recipes.RecipeConfig(**_config_values(recipe, options))
+    json_out = run.pop("json_out")
+    summary = recipes.run(recipe, cfg, **run)
     if json_out:
         print_json(summary.as_dict())
         return
     _print_summary(summary)
+
+
+_RUN_NAMES = tuple(inspect.signature(_run_options).parameters)[1:]
+
+
+def _config_values(recipe: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The config flags' values as :class:`RecipeConfig` takes them: text parsed, ``none``
+    words as ``None``, paths as text, and flags with a recipe default that were not given as
+    the recipe's own default (else the field's)."""
+    from gpuspark.train import recipes
+
+    defaults = recipes.get_recipe(recipe).defaults
+    out: dict[str, Any] = {}
+    for name, (_, f) in flag_fields().items():
+        if name not in given:
+            continue
+        value, meta = given[name], f.metadata
+        if meta["recipe_default"] and value is None:
+            if name in defaults:
+                out[name] = defaults[name]
+            continue
+        out[name] = _from_flag(name, value, meta)
+    return out
+
+
+def _from_flag(name: str, value: Any, meta: Mapping[str, Any]) -> Any:
+    """One flag's value as the config field takes it."""
+    if value is None:
+        return None
+    if meta["none_word"] is not None and value == meta["none_word"]:
+        return None
+    if meta["path"]:
+        return str(value)
+    if meta["parse"] is not None:
+        try:
+            return meta["parse"](value)
+        except ValueError as exc:
+            flag = (meta["decls"] or (f"--{name.replace('_', '-')}",))[0]
+            raise typer.BadParameter(f"{exc}, got {value!r}", param_hint=flag) from None
+    return value
+
+
+def _flag_parameter(name: str, f: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
+    """The ``gpuspark train`` flag of the config field ``f`` (its metadata: :func:`option`)."""
+    meta = f.metadata
+    kind = Path if meta["path"] else str if meta["parse"] or meta["none_word"] else hint
+    if meta["recipe_default"] or f.default is None or meta["parse"]:
+        default: Any = None
+        kind = kind | None
+    elif f.default is dataclasses.MISSING:
+        default = inspect.Parameter.empty
+    else:
+        default = f.default
+    if meta["none_word"] is not None and default is None and f.default is not None:
+        default = f.default
+    flag = typer.Option(*meta["decls"], help=meta["cli"])
+    annotation = Annotated[kind, flag]  # type: ignore[valid-type]
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
+
+
+def _flag_type(owner_cls: type, name: str) -> Any:
+    """The field's type, without ``None`` (a flag not given is its default)."""
+    hint = typing.get_type_hints(owner_cls)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if isinstance(hint, types.UnionType) and len(args) == 1 else hint
+
+
+def _command() -> Any:
+    """:func:`train` with a signature typer reads: the recipe, the config's flags (made from
+    its fields, :func:`~gpuspark.train.recipes.config.flag_fields`), then the run options."""
+    run = list(inspect.signature(_run_options, eval_str=True).parameters.values())
+    config = []
+    for name, (owner, f) in flag_fields().items():
+        if not f.metadata.get("cli"):
+            continue
+        config.append(_flag_parameter(name, f, _flag_type(_owner_class(owner), name)))
+    params = [run[0], *config, *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in run[1:])]
+
+    def command(**kwargs: Any) -> None:
+        train(**kwargs)
+
+    command.__doc__ = train.__doc__
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
+
+
+def _owner_class(owner: str) -> type:
+    from gpuspark.train.recipes.config import GROUPS
+    from gpuspark.train.recipes.options import BUILTIN_OPTIONS
+
+    if owner.startswith("recipe:"):
+        return BUILTIN_OPTIONS[owner.removeprefix("recipe:")]
+    return GROUPS[owner]
 
 
 def _kept_on_interrupt(directory: Path | None) -> str:
@@ -194,25 +203,6 @@ def _kept_on_interrupt(directory: Path | None) -> str:
     if newest is None:
         return f"no checkpoint was written to {directory} yet (a new run starts over)"
     return f"checkpoints in {directory} are kept (--resume continues from {newest.name})"
-
-
-def _with_recipe_defaults(recipe: str, given: dict[str, Any]) -> dict[str, Any]:
-    """The options given, else the recipe's own defaults, else :class:`RecipeConfig`'s."""
-    from gpuspark.train import recipes
-
-    defaults = recipes.get_recipe(recipe).defaults
-    out = {k: defaults[k] for k in given if k in defaults}
-    out.update({k: v for k, v in given.items() if v is not None})
-    return out
-
-
-def _window(text: str | None) -> tuple[float, float] | None:
-    """``LEVEL,WIDTH`` in HU: the training-time re-window of prepared uint8 volumes."""
-    form = "LEVEL,WIDTH in HU with WIDTH > 0, e.g. 100,100"
-    pair = parse_numbers(text, float, 2, "--window", form)
-    if pair is not None and pair[1] <= 0:
-        raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint="--window")
-    return None if pair is None else (pair[0], pair[1])
 
 
 def _print_summary(summary: TrainSummary) -> None:
@@ -255,4 +245,4 @@ def _score(m: dict[str, Any]) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add ``gpuspark train``."""
-    app.command("train")(train)
+    app.command("train")(_command())

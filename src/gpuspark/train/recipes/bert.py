@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +30,8 @@ import numpy as np
 from gpuspark.data import format as fmt
 from gpuspark.data.load import ShardDataset, World
 from gpuspark.errors import RecipeError
-from gpuspark.train.recipes.config import BERT_SIZE_NAMES, RecipeConfig, option
+from gpuspark.train.recipes.config import BERT_SIZE_NAMES, RecipeConfig
+from gpuspark.train.recipes.options import BertOptions
 from gpuspark.train.recipes.registry import Decoder, Recipe, register_recipe
 
 if TYPE_CHECKING:
@@ -53,22 +53,6 @@ __all__ = [
 IGNORE_INDEX = -100
 """Label of the positions that are not predicted (cross entropy's ``ignore_index``)."""
 PREP_HINT = "prepare it with `gpuspark prep text SRC DST` (a token dataset)"
-
-
-@dataclass
-class BertOptions:
-    """The model options of ``bert`` (``dropout`` is shared: :class:`ModelConfig`)."""
-
-    size: str = option("tiny", cli="bert: encoder size tiny, small, base or large.")
-    """Encoder size, one of :data:`BERT_SIZE_NAMES`."""
-    mask_prob: float = 0.15
-    """Share of the non-special tokens masked in each sequence."""
-
-    def __post_init__(self) -> None:
-        if self.size not in BERT_SIZE_NAMES:
-            raise RecipeError(f"size must be one of {BERT_SIZE_NAMES}, got: {self.size!r}")
-        if not 0 < self.mask_prob < 1:
-            raise RecipeError(f"mask_prob must be in (0, 1), got: {self.mask_prob}")
 
 
 class TextSpec:

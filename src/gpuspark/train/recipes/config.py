@@ -12,11 +12,13 @@ flat construction (``RecipeConfig(data=..., epochs=2, depth=10)``), the attribut
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspark.errors import RecipeError
 from gpuspark.train.fsdp import check_strategy
+from gpuspark.train.recipes.options import BERT_SIZE_NAMES, BUILTIN_OPTIONS, RESNET_DEPTHS, option
 from gpuspark.train.recipes.registry import get_recipe, recipe_names
 
 __all__ = [
@@ -30,36 +32,10 @@ __all__ = [
     "ParallelConfig",
     "RecipeConfig",
     "check_dropout",
+    "flag_fields",
     "leaf_fields",
     "option",
 ]
-
-RESNET_DEPTHS = (10, 18, 34, 50)
-"""The MONAI ResNet depths a recipe can build."""
-BERT_SIZE_NAMES = ("tiny", "small", "base", "large")
-"""``bert`` sizes (shapes in :data:`gpuspark.train.recipes.bert_model.BERT_SIZES`)."""
-
-
-def option(
-    default: Any = dataclasses.MISSING,
-    *,
-    cli: str | None = None,
-    decls: tuple[str, ...] = (),
-    recipe_default: bool = False,
-    none_word: str | None = None,
-    path: bool = False,
-) -> Any:
-    """A config field with what ``gpuspark train`` needs to make a flag of it.
-
-    ``cli``: the flag's help (``None``: the field is no flag). ``decls``: the flag's names
-    when not ``--<name>`` (``--<name>/--no-<name>`` for booleans). ``recipe_default``: the
-    flag defaults to the recipe's :attr:`~.Recipe.defaults`, then to ``default`` (its help
-    says which). ``none_word``: the flag's word for ``None`` (``--val-split none``).
-    ``path``: the flag takes a path.
-    """
-    meta = {"cli": cli, "decls": decls, "recipe_default": recipe_default}
-    meta.update(none_word=none_word, path=path)
-    return field(default=default, metadata=meta)
 
 
 def check_dropout(value: float) -> None:
@@ -228,15 +204,27 @@ GROUPS: dict[str, type] = {
 """:class:`RecipeConfig` attribute -> its group, in flag order."""
 
 
-def leaf_fields() -> dict[str, tuple[str, dataclasses.Field[Any]]]:
+def flag_fields() -> dict[str, tuple[str, dataclasses.Field[Any]]]:
+    """:func:`leaf_fields` of the groups and the built-in recipes' options
+    (:data:`~.options.BUILTIN_OPTIONS`), without importing a recipe: what ``gpuspark train``
+    makes its flags of (the fields whose metadata has ``cli`` help)."""
+    return leaf_fields(BUILTIN_OPTIONS)
+
+
+def leaf_fields(
+    recipe_options: Mapping[str, type] | None = None,
+) -> dict[str, tuple[str, dataclasses.Field[Any]]]:
     """Every leaf option by name -> ``(owner, field)``, in flag order: the owner is a
     :data:`GROUPS` attribute, or ``"recipe:<name>"`` for a recipe's own model options
-    (after the shared model options). A name declared twice raises."""
+    (after the shared model options), of ``recipe_options`` (name -> dataclass; default:
+    every registered recipe's). A name declared twice raises."""
+    if recipe_options is None:
+        recipe_options = {n: c for n in recipe_names() if (c := get_recipe(n).options)}
     owners: list[tuple[str, type]] = []
     for attr, cls in GROUPS.items():
         owners.append((attr, cls))
         if attr == "model":
-            owners += [(f"recipe:{n}", c) for n in recipe_names() if (c := get_recipe(n).options)]
+            owners += [(f"recipe:{n}", c) for n, c in sorted(recipe_options.items())]
     out: dict[str, tuple[str, dataclasses.Field[Any]]] = {}
     for owner, cls in owners:
         for f in dataclasses.fields(cls):

@@ -8,15 +8,16 @@ recipe's name. A recipe module ends with ``register_recipe(Recipe(...))``, as to
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from gpuspark.errors import RecipeError, did_you_mean
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from gpuspark.data.format import Manifest
     from gpuspark.train.recipes.config import RecipeConfig
 
@@ -31,7 +32,7 @@ __all__ = [
     "unregister_recipe",
 ]
 
-Decoder = Callable[[dict[str, Any]], tuple[np.ndarray, int]]
+Decoder = Callable[[dict[str, Any]], "tuple[np.ndarray, int]"]
 """A shard sample -> ``(float32 model input without the batch axis, integer label)``."""
 
 
@@ -115,6 +116,25 @@ class Recipe:
 
 
 _REGISTRY: dict[str, Recipe] = {}
+BUILTIN_MODULES = (
+    "gpuspark.train.recipes.bert",
+    "gpuspark.train.recipes.resnet2d",
+    "gpuspark.train.recipes.resnet3d",
+    "gpuspark.train.recipes.tabular",
+)
+"""The modules of the built-in recipes, each ending with ``register_recipe(...)``: imported
+on the first look-up, as they import torch (``import gpuspark.train.recipes`` does not)."""
+_LOADED: list[bool] = []
+
+
+def _load_builtins() -> None:
+    """Register the built-in recipes once (a module's own ``register_recipe`` call comes
+    back here while it loads: the flag is set first)."""
+    if _LOADED:
+        return
+    _LOADED.append(True)
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
 
 
 def register_recipe(recipe: Recipe, *, replace: bool = False) -> Recipe:
@@ -122,6 +142,7 @@ def register_recipe(recipe: Recipe, *, replace: bool = False) -> Recipe:
 
     A name is registered once: registering it again raises unless ``replace=True``.
     """
+    _load_builtins()
     if recipe.name in _REGISTRY and not replace:
         raise RecipeError(
             f"recipe {recipe.name!r} is already registered",
@@ -140,6 +161,7 @@ def unregister_recipe(name: str) -> Recipe:
 
 def get_recipe(name: str) -> Recipe:
     """The recipe registered as ``name``; an unknown name raises with the choices."""
+    _load_builtins()
     recipe = _REGISTRY.get(name)
     if recipe is None:
         names = recipe_names()
@@ -152,6 +174,7 @@ def get_recipe(name: str) -> Recipe:
 
 def recipe_names() -> tuple[str, ...]:
     """Names of the registered recipes, sorted."""
+    _load_builtins()
     return tuple(sorted(_REGISTRY))
 
 

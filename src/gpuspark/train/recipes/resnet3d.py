@@ -13,36 +13,14 @@ import numpy as np
 
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy, roc_auc
-from gpuspark.train.recipes.config import RESNET_DEPTHS, RecipeConfig, option
+from gpuspark.train.recipes.config import RecipeConfig
+from gpuspark.train.recipes.options import ResNet3dOptions
 from gpuspark.train.recipes.registry import Decoder, Recipe, register_recipe
 
 if TYPE_CHECKING:
     from gpuspark.data.format import Manifest
 
 __all__ = ["RESNET3D", "ResNet3dOptions", "VolumeDecode", "decode_volume"]
-
-
-@dataclass
-class ResNet3dOptions:
-    """The model options of ``resnet3d`` (``width`` is shared: :class:`ModelConfig`)."""
-
-    depth: int = option(18, cli="resnet3d depth: 10, 18, 34 or 50.")
-    """MONAI ResNet depth, one of :data:`RESNET_DEPTHS`."""
-    stem_stride: int = option(1, cli="resnet3d first-conv stride (1 or 2).")
-    """Stride of the first 7^3 convolution (MONAI ``conv1_t_stride``); 2 cuts the compute of
-    the stem, the most expensive layer at full resolution, about 8x."""
-    window: tuple[float, float] | None = option(
-        None, cli="resnet3d re-window LEVEL,WIDTH in HU (e.g. 100,100)."
-    )
-    """Re-window uint8 CT volumes to (level, width) HU (``None``: as stored)."""
-    pool: str = "avg"
-    """Global pooling: ``"avg"`` (MONAI's) or ``"max"`` (small focal findings)."""
-
-    def __post_init__(self) -> None:
-        if self.depth not in RESNET_DEPTHS:
-            raise RecipeError(f"depth must be one of {RESNET_DEPTHS}, got: {self.depth}")
-        if self.pool not in ("avg", "max"):
-            raise RecipeError(f"pool must be 'avg' or 'max', got: {self.pool!r}")
 
 
 def decode_volume(sample: dict[str, Any]) -> tuple[np.ndarray, int]:

@@ -22,7 +22,8 @@ from gpuspark.data import format as fmt
 from gpuspark.data.load import TableDataset, World
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy, pr_auc, roc_auc
-from gpuspark.train.recipes.config import RecipeConfig, option
+from gpuspark.train.recipes.config import RecipeConfig
+from gpuspark.train.recipes.options import TabularOptions
 from gpuspark.train.recipes.registry import Decoder, Recipe, register_recipe
 
 if TYPE_CHECKING:
@@ -42,24 +43,6 @@ __all__ = [
 ]
 
 PREP_HINT = "prepare it with `gpuspark prep parquet SRC DST --label COL` (a tabular dataset)"
-
-
-@dataclass
-class TabularOptions:
-    """The model options of ``tabular`` (``dropout`` is shared: :class:`ModelConfig`)."""
-
-    hidden: int = option(128, cli="tabular: hidden units per MLP layer.")
-    """Hidden units of each MLP layer."""
-    layers: int = option(2, cli="tabular: hidden layers of the MLP.")
-    """Hidden layers of the MLP (ReLU, dropout after each)."""
-    class_weights: bool = option(True, cli="tabular: weight the loss by inverse class frequency.")
-    """Weight the loss by inverse class frequency (the manifest's label counts, normalised
-    to mean 1), for imbalanced labels such as 2% defaults."""
-
-    def __post_init__(self) -> None:
-        for name in ("hidden", "layers"):
-            if getattr(self, name) < 1:
-                raise RecipeError(f"{name} must be >= 1, got: {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
