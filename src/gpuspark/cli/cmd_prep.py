@@ -16,10 +16,7 @@ from gpuspark.cli._common import (
     print_json,
     print_table,
 )
-
-# Names the library accepts as they are (window presets and raw HU); kept here, not imported,
-# so that `gpuspark prep --help` needs no numpy.
-_WINDOW_NAMES = ("soft-tissue", "lung", "bone", "hu")
+from gpuspark.data.checks import WINDOW_NAMES  # window presets and raw HU; no numpy
 
 SrcArg = Annotated[str, typer.Argument(help="Source folder (or URL Spark can read).")]
 DstArg = Annotated[str, typer.Argument(help="Dataset directory to write.")]
@@ -103,7 +100,7 @@ def _split(text: str, option: str = "--split") -> Any:
 
 def _window(text: str) -> Any:
     """A preset name as is (the library names close misses); ``L,W`` -> ``(level, width)``."""
-    if text.lower() in _WINDOW_NAMES or "," not in text:
+    if text.lower() in WINDOW_NAMES or "," not in text:
         return text
     return parse_numbers(text, float, 2, "--window", "a preset or LEVEL,WIDTH such as 40,400")
 

@@ -8,6 +8,8 @@ The public face of the loader side; the modules behind it, one job each:
 - :mod:`~gpuspark.data.load.access`: open shards, memory-mapped records, remote reads;
 - :mod:`~gpuspark.data.load.cache`: the node-local cache of remote shards;
 - :mod:`~gpuspark.data.load.decode`: stored samples to model input (:class:`ImageDecode`);
+- :mod:`~gpuspark.data.load.epochs`: what the datasets share - the epoch, the position in
+  it, resume (``set_epoch``, ``begin_epoch``, ``state_dict``);
 - :mod:`~gpuspark.data.load.dataset`: :class:`ShardDataset`, the ``IterableDataset``;
 - :mod:`~gpuspark.data.load.base`: what the loaders share (options, length, resume, stats);
 - :mod:`~gpuspark.data.load.loader`: :class:`Loader`, batches prepared ahead of the loop;

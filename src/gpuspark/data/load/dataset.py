@@ -6,7 +6,9 @@ The epoch's order and exact split across ranks and DataLoader workers come from
 flight (``prefetch`` per worker, see :class:`~gpuspark.data.load.loader.Loader`).
 
 Resume: :meth:`ShardDataset.state_dict` is ``(epoch, seed, consumed)``; loading it and
-iterating continues at position ``consumed`` of this rank's stream.
+iterating continues at position ``consumed`` of this rank's stream (the epoch and resume
+bookkeeping is :class:`~gpuspark.data.load.epochs.EpochPosition`'s, shared with
+:class:`~gpuspark.data.load.table.TableDataset`).
 """
 
 from __future__ import annotations
@@ -18,17 +20,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuspark.data import format as fmt
+from gpuspark.data.checks import check_split_known
 from gpuspark.data.load.access import OpenShards
 from gpuspark.data.load.cache import ShardCache
 from gpuspark.data.load.decode import ImageDecode, decode_example_views, make_decoder
+from gpuspark.data.load.epochs import EpochPosition
 from gpuspark.data.load.order import (
     DEFAULT_SHUFFLE_WINDOW,
     EpochOrder,
-    LoaderError,
     worker_batches,
 )
 from gpuspark.data.load.world import World, in_worker
-from gpuspark.errors import did_you_mean
 
 if TYPE_CHECKING:
     from gpuspark.data.load.loader import Loader
@@ -49,7 +51,7 @@ def iterable_base() -> type:
         return object
 
 
-class ShardDataset(iterable_base()):  # type: ignore[misc]
+class ShardDataset(EpochPosition, iterable_base()):  # type: ignore[misc]
     """A PyTorch ``IterableDataset`` over a committed gpuspark dataset (local path or fsspec
     URL), split exactly across ranks and DataLoader workers (see
     :mod:`gpuspark.data.load.order`).
@@ -61,7 +63,12 @@ class ShardDataset(iterable_base()):  # type: ignore[misc]
     smaller; every rank still takes the same number of steps). ``cache_dir`` copies remote
     shards to node-local disk once (LRU-evicted above ``cache_limit_bytes``). ``split``
     reads only that split's shards. ``world`` overrides detection (tests, custom launchers).
+    Epoch, position and resume: :class:`~gpuspark.data.load.epochs.EpochPosition`.
     """
+
+    unit = "sample"
+    extent_key = "total_records"
+    extent_text = "a dataset of {} records"
 
     def __init__(
         self,
@@ -95,8 +102,7 @@ class ShardDataset(iterable_base()):  # type: ignore[misc]
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self.cache_limit_bytes = cache_limit_bytes
         self._world = world
-        self.epoch = 0
-        self.consumed = 0
+        self.start_position()
         self.skipped = 0
         self._resolved: World | None = None
         self.plan()  # validates sizes against the world now, not in a worker later
@@ -130,53 +136,17 @@ class ShardDataset(iterable_base()):  # type: ignore[misc]
         """Samples each rank yields per epoch (equal on every rank)."""
         return self.plan().per_rank
 
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (its own order). Calling it with the current epoch keeps the
-        position, so resumed code can call it unconditionally at the top of each epoch."""
-        if epoch != self.epoch:
-            self.epoch, self.consumed = epoch, 0
-
-    # -- resume ---------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Position in the epoch: ``epoch``, ``seed``, ``consumed`` (samples of this rank's
-        stream already delivered) and the world size / totals it refers to."""
-        return {
-            "epoch": self.epoch,
-            "seed": self.seed,
-            "consumed": self.consumed,
-            "world_size": self.world.world_size,
-            "samples_per_rank": self.samples_per_rank,
-            "total_records": self.plan().total,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``; the worker count may differ, the world size may not
-        (unless ``consumed`` is 0)."""
-        world_size = int(state.get("world_size", self.world.world_size))
-        consumed = int(state["consumed"])
-        if consumed and world_size != self.world.world_size:
-            raise LoaderError(
-                f"loader state was saved with world size {world_size} at sample {consumed} of "
-                f"the epoch; this run has world size {self.world.world_size}",
-                remedy="resume with the same number of ranks, or from an epoch boundary",
-            )
-        total = state.get("total_records")
-        if total is not None and int(total) != self.plan().total:
-            raise LoaderError(
-                f"loader state refers to a dataset of {total} records; {self.root} has "
-                f"{self.plan().total}",
-                remedy="resume on the same dataset (and split)",
-            )
-        self.seed, self.epoch, self.consumed = int(state["seed"]), int(state["epoch"]), consumed
+    def extent_state(self) -> dict[str, int]:
+        """``samples_per_rank`` and ``total_records`` (checked on load) of this world."""
+        plan = self.plan()
+        return {"samples_per_rank": plan.per_rank, "total_records": plan.total}
 
     def begin_epoch(self) -> None:
         """Call in the main process when iteration starts (:class:`Loader` and ``__iter__``
         do): a finished epoch rolls over, and the world is resolved here, where
         torch.distributed is set up, for the DataLoader workers."""
         self._resolved = self.world
-        if self.consumed >= self.samples_per_rank:
-            self.epoch, self.consumed = self.epoch + 1, 0
+        super().begin_epoch()
 
     # -- iteration ------------------------------------------------------------------------
 
@@ -249,12 +219,7 @@ def select_shards(manifest: fmt.Manifest, split: str | None, root: str) -> list[
     :class:`LoaderError` naming the dataset's splits."""
     if split is None:
         return list(manifest.shards)
-    if split not in manifest.splits:
-        names = sorted(manifest.splits)
-        raise LoaderError(
-            f"{root} has no split {split!r}{did_you_mean(split, names)}",
-            remedy=f"use one of {names}" if names else "this dataset has no splits; use split=None",
-        )
+    check_split_known(split, manifest.splits, root)
     by_path = {s.path: s for s in manifest.shards}
     return [by_path[p] for p in manifest.splits[split]]
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gpuspark.data import format as fmt
+from gpuspark.data.checks import check_size
 from gpuspark.errors import GpusparkError
 
 __all__ = [
@@ -127,8 +128,8 @@ class ImageDecode:
             raise ValueError(f"layout must be 'HWC' or 'CHW', got: {self.layout!r}")
         if self.backend not in DECODERS:
             raise ValueError(f"backend must be one of {DECODERS}, got: {self.backend!r}")
-        if self.size is not None and self.size < 1:
-            raise ValueError(f"size must be >= 1, got: {self.size}")
+        if self.size is not None:
+            check_size(self.size)
         if self.resize is not None and (self.size is None or self.resize < self.size):
             raise ValueError(
                 f"resize={self.resize} needs a size and must be >= size={self.size} "

@@ -6,7 +6,9 @@ them into batches ``{column: array}`` (or ``transform(batch)``). The epoch's ord
 split come from :class:`~gpuspark.data.load.table_order.TableOrder`, from the manifest only.
 
 Resume: :meth:`TableDataset.state_dict` is ``(epoch, seed, consumed)``; iteration continues
-at row ``consumed`` of this rank's stream without reading the rows before it.
+at row ``consumed`` of this rank's stream without reading the rows before it (the epoch and
+resume bookkeeping is :class:`~gpuspark.data.load.epochs.EpochPosition`'s, shared with
+:class:`~gpuspark.data.load.dataset.ShardDataset`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from gpuspark.data.format.table.blocks import concat_parts
 from gpuspark.data.load.access import OpenShards
 from gpuspark.data.load.dataset import select_shards
 from gpuspark.data.load.decode import decode_example_views
+from gpuspark.data.load.epochs import EpochPosition
 from gpuspark.data.load.table_order import DEFAULT_SHUFFLE_ROWS, TableOrder
 from gpuspark.data.load.world import World
-from gpuspark.errors import LoaderError, TableError
+from gpuspark.errors import TableError
 
 if TYPE_CHECKING:
     from gpuspark.data.load.table_loader import TableLoader
@@ -43,7 +46,7 @@ __all__ = ["TableDataset"]
 Batch = dict[str, Any]
 
 
-class TableDataset:
+class TableDataset(EpochPosition):
     """Batches of rows of a table dataset (local path or fsspec URL), split exactly across
     ranks (see :mod:`gpuspark.data.load.table_order`).
 
@@ -52,8 +55,13 @@ class TableDataset:
     together hold a null), fixed-width arrays 2-D, strings / binaries / ragged arrays numpy
     object arrays; ``transform(batch)`` replaces the dict when given (e.g.
     :class:`gpuspark.data.frame.FeaturesLabel`). ``shuffle_rows`` is the row-shuffle window.
-    ``world`` overrides detection (tests, custom launchers).
+    ``world`` overrides detection (tests, custom launchers). Epoch, position and resume:
+    :class:`~gpuspark.data.load.epochs.EpochPosition`.
     """
+
+    unit = "row"
+    extent_key = "rows"
+    extent_text = "a table of {} rows"
 
     def __init__(
         self,
@@ -85,8 +93,7 @@ class TableDataset:
         self.verify_crc = verify_crc
         self._world = world
         self._blocks = self._block_table()
-        self.epoch = 0
-        self.consumed = 0
+        self.start_position()
         self._plan: tuple[tuple[int, int, int], TableOrder] | None = None
         self.plan()  # validates the sizes against the world now
 
@@ -142,47 +149,9 @@ class TableDataset:
         """Rows each rank reads per epoch (equal on every rank)."""
         return self.plan().per_rank
 
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (its own order). Calling it with the current epoch keeps the
-        position, so resumed code can call it unconditionally at the top of each epoch."""
-        if epoch != self.epoch:
-            self.epoch, self.consumed = epoch, 0
-
-    def begin_epoch(self) -> None:
-        """Called when iteration starts: a finished epoch rolls over to the next one."""
-        if self.consumed >= self.samples_per_rank:
-            self.epoch, self.consumed = self.epoch + 1, 0
-
-    # -- resume ---------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Position in the epoch: ``epoch``, ``seed``, ``consumed`` (rows of this rank's
-        stream already delivered), and the world size and rows it refers to."""
-        return {
-            "epoch": self.epoch,
-            "seed": self.seed,
-            "consumed": self.consumed,
-            "world_size": self.world.world_size,
-            "rows": self.rows,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``; the world size may differ only at an epoch boundary."""
-        consumed = int(state["consumed"])
-        world_size = int(state.get("world_size", self.world.world_size))
-        if consumed and world_size != self.world.world_size:
-            raise LoaderError(
-                f"loader state was saved with world size {world_size} at row {consumed} of the "
-                f"epoch; this run has world size {self.world.world_size}",
-                remedy="resume with the same number of ranks, or from an epoch boundary",
-            )
-        rows = state.get("rows")
-        if rows is not None and int(rows) != self.rows:
-            raise LoaderError(
-                f"loader state refers to a table of {rows} rows; {self.root} has {self.rows}",
-                remedy="resume on the same dataset (and split)",
-            )
-        self.seed, self.epoch, self.consumed = int(state["seed"]), int(state["epoch"]), consumed
+    def extent_state(self) -> dict[str, int]:
+        """``rows`` of the dataset (checked on load)."""
+        return {"rows": self.rows}
 
     # -- iteration ------------------------------------------------------------------------
 

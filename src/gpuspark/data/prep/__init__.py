@@ -19,10 +19,16 @@ counts are in ``extra["quarantine"]`` and in :class:`PrepResult`:
 ``inputs == files_in_rows + quarantined``. A job that makes no record fails with
 :class:`PrepError` and leaves the destination as it was.
 
-The modules behind this face: ``common`` (driver checks, write options, quarantine table,
-result), ``progress`` (the progress watcher), ``shards`` (shard planning), ``dicom`` and
-``images``, ``parquet``, ``text`` (the jobs; ``parquet_stats`` is the Parquet job's DataFrame
-side, ``text_tokens`` the text job's tokenizer and packing).
+The modules behind this face: ``job`` (the job base: it takes a
+:class:`~gpuspark.data.sources.Source` or a path, and owns destination, session, counters,
+progress, outcome and result), ``common`` (driver checks, write options, quarantine table,
+result), ``progress`` (the progress watcher), ``shards`` (shard planning), ``grouped`` (the
+Spark body of any source whose samples are groups of files), ``dicom`` and ``images`` (the
+jobs over :class:`~gpuspark.data.sources.DicomSource` and
+:class:`~gpuspark.data.sources.ImageSource`), ``parquet``, ``text`` (the jobs over Spark's
+readers; ``parquet_stats`` is the Parquet job's DataFrame side, ``text_tokens`` the text
+job's tokenizer and packing). Window, shape and split options are checked in
+:mod:`gpuspark.data.checks`.
 Import from ``gpuspark.data.prep``; the layout behind it may change.
 """
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
-from gpuspark.data.sources import parse_split, read_labels
+from gpuspark.data.checks import parse_split
+from gpuspark.data.sources import read_labels
 from gpuspark.errors import LabelsError, PrepError
 
 __all__ = [
@@ -146,15 +147,11 @@ def check_world(world_size: int | None, num_shards: int | None) -> None:
 
 
 def check_split(split: Sequence[float] | None) -> tuple[float, ...] | None:
-    """Split fractions (train, val[, test]) as a tuple; text is the CLI's to parse."""
-
-    if isinstance(split, str):
-        raise PrepError(
-            f"split must be a sequence of fractions such as (0.8, 0.1, 0.1), got text {split!r}"
-        )
+    """Split fractions (train, val[, test]) as a tuple (:func:`gpuspark.data.checks.parse_split`);
+    text is the CLI's to parse."""
     try:
-        return parse_split(split)
-    except (TypeError, ValueError) as exc:
+        return parse_split(split, text=False)
+    except ValueError as exc:
         raise PrepError(str(exc)) from exc
 
 

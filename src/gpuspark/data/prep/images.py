@@ -1,8 +1,11 @@
 """The image job: an image folder ``src/<label>/<file>.{jpg,jpeg,png}`` to image shards.
 
-Spark's ``binaryFile`` source lists the files (only ``path`` and ``length``); executor tasks
-read and convert them; :func:`gpuspark.data.write.write_dataframe` writes them, balanced for
-the training world size, with the quarantine table committed beside the shards.
+Spark's ``binaryFile`` source lists the files (only ``path`` and ``length``; hidden files are
+not listed); executor tasks read and convert them through the job's
+:class:`~gpuspark.data.sources.ImageSource` (the header of a file is its class and relative
+path, its sample key that path, one image a sample);
+:func:`gpuspark.data.write.write_dataframe` writes them, balanced for the training world
+size, with the quarantine table committed beside the shards.
 """
 
 from __future__ import annotations
@@ -29,14 +32,7 @@ from gpuspark.data.prep.common import (
 )
 from gpuspark.data.prep.job import PrepRun, Where, run_prep
 from gpuspark.data.prep.progress import Progress
-from gpuspark.data.sources import (
-    SPLIT_NAMES,
-    ImageOptions,
-    assign_split,
-    class_of,
-    prep_image,
-    read_bytes,
-)
+from gpuspark.data.sources import SPLIT_NAMES, ImageOptions, ImageSource, Source, assign_split
 from gpuspark.errors import PrepError, QuarantineError
 
 log = logging.getLogger(__name__)
@@ -89,7 +85,8 @@ def prep_images(
     write = WriteOptions(check_split(split), world_size, num_shards, overwrite, compression)
 
     where = Where(spark, master, spec, team, progress, t0)
-    return run_prep("images", src_s, dst, write, partial(_run_images, options=options), where)
+    source = ImageSource(src_s, options)
+    return run_prep("images", source, dst, write, partial(_run_images, options=options), where)
 
 
 def _list_nonempty(spark: Any, src: str) -> tuple[Any, int]:
@@ -105,11 +102,11 @@ def _list_nonempty(spark: Any, src: str) -> tuple[Any, int]:
 
 
 def _image_fn(
-    root: str, options: Any, index: dict[str, int], split: Any, rows_acc: Any, q_acc: Any
+    source: Source, index: dict[str, int], split: Any, rows_acc: Any, q_acc: Any
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def images(batches: Iterator[Any]) -> Iterator[Any]:
         rows = (
-            _one_image(path, root, options, index, split, rows_acc, q_acc)
+            _one_image(path, source, index, split, rows_acc, q_acc)
             for batch in batches
             for path in batch.column("path").to_pylist()
         )
@@ -120,26 +117,27 @@ def _image_fn(
 
 def _one_image(
     path: str,
-    root: str,
-    options: Any,
+    source: Source,
     index: dict[str, int],
     split: Any,
     rows_acc: Any,
     q_acc: Any,
 ) -> dict[str, Any]:
-
+    """One file through the source: its header names its class, its key is its id (and
+    decides its split), its sample is the image."""
     rec: dict[str, Any] = {"path": path}
     try:
-        name, rel = class_of(path, root)
-        row = prep_image(read_bytes(path), options)
+        header = source.read_header(path)
+        name, key = header[0], source.sample_key(path, header)
+        row = source.read_sample([path])
         img = row.pop("image")
-        rec.update(row, status="ok", id=rel, label=index[name], label_name=name)
+        rec.update(row, status="ok", id=key, label=index[name], label_name=name)
         if hasattr(img, "shape"):
             rec.update(image=img.tobytes(), shape=list(img.shape))
         else:
             rec["image"] = img
         if split is not None:
-            rec["split"] = assign_split(rel, split)
+            rec["split"] = assign_split(key, split)
         rows_acc.add(1)
     except Exception as e:
         qe = QuarantineError.wrap(e, "image failed", path)
@@ -167,7 +165,8 @@ def _image_sample(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _class_names(files: Any, root: str) -> list[str]:
+def _class_names(files: Any, source: Source) -> list[str]:
+    """The class names of the files' headers (files off the layout are quarantined later)."""
 
     def names(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -176,7 +175,7 @@ def _class_names(files: Any, root: str) -> list[str]:
         for batch in batches:
             for path in batch.column("path").to_pylist():
                 with contextlib.suppress(QuarantineError):
-                    seen.add(class_of(path, root)[0])
+                    seen.add(source.read_header(path)[0])
         yield pa.RecordBatch.from_pydict(
             {"name": sorted(seen)}, schema=pa.schema([("name", pa.string())])
         )
@@ -207,16 +206,16 @@ def _images_extra(
     }
 
 
-def _run_images(run: PrepRun, spark: Any, options: Any) -> PrepResult:
+def _run_images(run: PrepRun, spark: Any, options: ImageOptions) -> PrepResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from gpuspark.data.write import write_dataframe
 
-    src, fractions = run.src, run.write.fractions
+    source, src, fractions = run.require_source(), run.src, run.write.fractions
     with run.watching(spark) as watch:
         files, n_files = _list_nonempty(spark, src)
-        names = _class_names(files, src)
+        names = _class_names(files, source)
         if not names:
             files.unpersist()
             raise PrepError(
@@ -225,7 +224,7 @@ def _run_images(run: PrepRun, spark: Any, options: Any) -> PrepResult:
             )
         index = {n: i for i, n in enumerate(names)}
         watch.phase = "images"
-        fn = _image_fn(src, options, index, fractions, *run.counters.values())
+        fn = _image_fn(source, index, fractions, *run.counters.values())
         out = (
             files.repartition(task_count(spark, n_files, 32))
             .mapInArrow(fn, _IMAGE_DDL)

@@ -1,7 +1,11 @@
 """The prep job base: everything a prep job does besides reading its source.
 
 A job module (``images.py``, ``dicom.py``, ``text.py``, ``parquet.py``) checks its own source
-and options on the driver, then hands :func:`run_prep` its body. The base owns the rest:
+and options on the driver, then hands :func:`run_prep` its input and its body. The input is a
+:class:`~gpuspark.data.sources.Source` (images, DICOM: the body calls its methods in the
+Spark tasks, :meth:`PrepRun.require_source`; :mod:`~gpuspark.data.prep.grouped` is a body
+for any source) or a path that Spark's own readers read (text, Parquet). The base owns the
+rest:
 
 - the destination (refused now, not after the Spark job: :func:`check_destination`);
 - the job's team and session, through the one submit path
@@ -33,6 +37,7 @@ from gpuspark.data.prep.common import (
     split_counts,
 )
 from gpuspark.data.prep.progress import Progress, Watcher, announce
+from gpuspark.data.sources import Source
 
 __all__ = ["PrepRun", "Where", "run_prep"]
 
@@ -44,6 +49,7 @@ class PrepRun:
     kind: str
     """``images``, ``dicom``, ``text``, ``parquet``: the job is ``prep <kind>``."""
     src: str
+    """The source as errors and provenance name it (a source's ``root``)."""
     root: str
     write: WriteOptions
     progress: Progress | None = None
@@ -51,11 +57,20 @@ class PrepRun:
     counters: dict[str, Any] = field(default_factory=dict)
     """``rows`` and ``quarantined`` accumulators, made by :meth:`watching`."""
     timings: dict[str, float] = field(default_factory=dict)
+    source: Source | None = None
+    """The job's input as a :class:`Source`; None for a job that reads ``src`` with Spark's
+    own readers."""
 
     @property
     def job(self) -> str:
         """``prep <kind>``: how errors and provenance name the job."""
         return f"prep {self.kind}"
+
+    def require_source(self) -> Source:
+        """The job's :class:`Source` (a body that reads through one was started with one)."""
+        if self.source is None:
+            raise TypeError(f"{self.job} was started without a Source")
+        return self.source
 
     @contextmanager
     def watching(self, spark: Any, phase: str = "listing") -> Iterator[Watcher]:
@@ -131,16 +146,19 @@ class Where:
 
 def run_prep(
     kind: str,
-    src: str,
+    src: str | Source,
     dst: Any,
     write: WriteOptions,
     body: Callable[[PrepRun, Any], PrepResult],
     where: Where,
 ) -> PrepResult:
-    """Run ``body(run, session)`` as prep job ``kind`` writing ``dst`` (see the module's
-    docstring); ``write.overwrite`` decides whether an existing dataset may be replaced."""
+    """Run ``body(run, session)`` as prep job ``kind`` reading ``src`` (a :class:`Source`,
+    or a path for Spark's own readers) and writing ``dst`` (see the module's docstring);
+    ``write.overwrite`` decides whether an existing dataset may be replaced."""
     root = check_destination(dst, write.overwrite)
-    run = PrepRun(kind, src, root, write, where.progress, where.t0)
+    source = None if isinstance(src, str) else src
+    path = src if isinstance(src, str) else src.root
+    run = PrepRun(kind, path, root, write, where.progress, where.t0, source=source)
     job = prepare_job(
         JobKind.DATA,
         spec=where.spec,

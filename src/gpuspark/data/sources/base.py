@@ -6,6 +6,12 @@ DICOM series, a single image), and reads one sample's row fields from its files.
 raises :class:`~gpuspark.data.sources.QuarantineError` with a short reason for a bad input.
 :class:`~gpuspark.data.sources.DicomSource` and :class:`~gpuspark.data.sources.ImageSource`
 implement it over the readers of their modules.
+
+The prep jobs drive a source through these methods in their Spark tasks
+(:func:`gpuspark.data.prep.job.run_prep` takes one; :mod:`gpuspark.data.prep.grouped` is the
+Spark body of any source): Spark pickles the source into each task, so a source is plain,
+light data (a frozen dataclass of its root and options). A job lists the files below
+``root`` in its tasks, the way :meth:`Source.list_inputs` does in one process.
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ __all__ = ["Source"]
 @runtime_checkable
 class Source(Protocol):
     """A raw input type: list, read a header, group into samples, read a sample."""
+
+    @property
+    def root(self) -> str:
+        """Where the inputs are: a folder, or a URL fsspec can list."""
+        ...
 
     def list_inputs(self) -> Iterator[tuple[str, int]]:
         """``(uri, size in bytes)`` of every input file, in a stable order."""

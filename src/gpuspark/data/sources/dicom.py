@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspark.data.checks import WINDOW_PRESETS, window_values, zyx
 from gpuspark.data.sources.dicom_header import (
     OrderedSeries,
     header_from_dataset,
@@ -29,7 +30,6 @@ from gpuspark.data.sources.records import (
     assign_split,
     hash_patient,
 )
-from gpuspark.errors import WindowError, did_you_mean
 
 __all__ = [
     "WINDOW_PRESETS",
@@ -42,12 +42,6 @@ __all__ = [
     "prep_series",
     "resample",
 ]
-
-WINDOW_PRESETS: dict[str, tuple[float, float]] = {
-    "soft-tissue": (40.0, 400.0),
-    "lung": (-600.0, 1500.0),
-    "bone": (400.0, 1800.0),
-}
 
 
 @dataclass(frozen=True)
@@ -64,29 +58,15 @@ class Window:
         return self.level is None
 
 
-def parse_window(spec: str | tuple[float, float] | Window | None) -> Window:
-    """``soft-tissue``, ``lung``, ``bone``, ``"L,W"`` (e.g. ``"50,350"``) or ``hu``/None."""
+def parse_window(
+    spec: str | tuple[float, float] | Window | None, *, text_pairs: bool = True
+) -> Window:
+    """``soft-tissue``, ``lung``, ``bone``, ``(level, width)``, ``hu``/None, or with
+    ``text_pairs`` ``"L,W"`` (e.g. ``"50,350"``); checked by
+    :func:`gpuspark.data.checks.window_values`."""
     if isinstance(spec, Window):
         return spec
-    if spec is None or (isinstance(spec, str) and spec.lower() in {"hu", "raw", "none"}):
-        return Window("hu")
-    if isinstance(spec, tuple):
-        level, width = spec
-    elif spec.lower() in WINDOW_PRESETS:
-        level, width = WINDOW_PRESETS[spec.lower()]
-        return Window(spec.lower(), level, width)
-    else:
-        try:
-            level, width = (float(x) for x in spec.split(","))
-        except ValueError as exc:
-            raise WindowError(
-                f"window {spec!r} is not a preset or LEVEL,WIDTH"
-                f"{did_you_mean(spec, list(WINDOW_PRESETS))}",
-                remedy=f"use one of {', '.join(WINDOW_PRESETS)}, hu, or e.g. 40,400",
-            ) from exc
-    if width <= 0:
-        raise WindowError(f"window width must be > 0, got: {width}")
-    return Window(f"{level:g},{width:g}", float(level), float(width))
+    return Window(*window_values(spec, text_pairs=text_pairs))
 
 
 @dataclass(frozen=True)
@@ -109,10 +89,8 @@ class DicomOptions:
     def __post_init__(self) -> None:
         if self.dtype not in {"uint8", "float16"}:
             raise ValueError(f"dtype must be uint8 or float16, got: {self.dtype!r}")
-        if self.spacing is not None and (len(self.spacing) != 3 or min(self.spacing) <= 0):
-            raise ValueError(f"spacing must be 3 positive numbers (z,y,x), got: {self.spacing}")
-        if self.shape is not None and (len(self.shape) != 3 or min(self.shape) < 1):
-            raise ValueError(f"shape must be 3 positive integers (z,y,x), got: {self.shape}")
+        zyx(self.spacing, float, "spacing")
+        zyx(self.shape, int, "shape")
 
     @property
     def out_dtype(self) -> str:
@@ -286,7 +264,7 @@ def _prep_series(
     hu = load_volume(ordered, datasets=datasets)
     vol, spacing = resample(hu, ordered.spacing, target_spacing=opts.spacing, shape=opts.shape)
     out = apply_window(vol, opts.window, opts.dtype)
-    patient = hash_patient(first.patient_id or first.study_uid or first.series_uid, opts.salt)
+    patient = _patient_hash(first, opts.salt)
     row: dict[str, Any] = {
         "id": first.series_uid,
         "series_uid": first.series_uid,
@@ -308,10 +286,17 @@ def _prep_series(
     return row
 
 
+def _patient_hash(header: Any, salt: str) -> str:
+    """The hashed patient id of a file's header (its study, else its series, without one):
+    what a series is split by."""
+    return hash_patient(header.patient_id or header.study_uid or header.series_uid, salt)
+
+
 @dataclass(frozen=True)
 class DicomSource:
     """DICOM files below ``root`` as a :class:`~gpuspark.data.sources.base.Source`: a header
-    per file (:func:`read_header`), one sample per series (:func:`prep_series`)."""
+    per file (:func:`read_header`), one sample per series (:func:`prep_series`), split by
+    patient (:meth:`split_of`). Plain data: Spark ships it to the tasks."""
 
     root: str
     options: DicomOptions | None = None
@@ -333,3 +318,11 @@ class DicomSource:
     def read_sample(self, uris: Sequence[str]) -> dict[str, Any]:
         """One series to one row (:func:`prep_series`)."""
         return prep_series(uris, self.options, labels=self.labels, split=self.split)
+
+    def split_of(self, header: Any) -> str | None:
+        """The split of the series of a file with this header, by its hashed patient id (the
+        rule :func:`prep_series` applies); None without ``split``."""
+        if not self.split:
+            return None
+        salt = self.options.salt if self.options is not None else ""
+        return assign_split(_patient_hash(header, salt), self.split)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspark.data.checks import check_size
 from gpuspark.data.sources.listing import walk_unit
 from gpuspark.data.sources.records import QuarantineError, local_path, read_bytes
 
@@ -34,8 +35,7 @@ class ImageOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got: {self.mode!r}")
-        if self.size < 1:
-            raise ValueError(f"size must be >= 1, got: {self.size}")
+        check_size(self.size)
 
 
 def class_of(uri: str, root: str) -> tuple[str, str]:
@@ -110,7 +110,8 @@ def prep_image(data: bytes, options: ImageOptions | None = None) -> dict[str, An
 class ImageSource:
     """An image folder ``root/<label>/<file>`` as a :class:`~gpuspark.data.sources.base.Source`:
     the header of a file is ``(class name, path relative to root)`` (:func:`class_of`), each
-    image is one sample (:func:`prep_image`)."""
+    image is one sample (:func:`prep_image`), keyed by that relative path. Plain data: Spark
+    ships it to the tasks."""
 
     root: str
     options: ImageOptions | None = None

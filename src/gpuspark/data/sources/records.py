@@ -1,5 +1,6 @@
 """What every source reader shares: quarantine errors, patient-id hashing, stable splits,
-label tables, reading an input by URI.
+label tables, reading an input by URI. ``SPLIT_NAMES`` and ``parse_split`` are those of
+:mod:`gpuspark.data.checks`, where split fractions are checked.
 
 The per-input work lives beside this module: :mod:`~gpuspark.data.sources.dicom` (DICOM series
 to 3D volumes) and :mod:`~gpuspark.data.sources.images` (image folders). The functions are
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuspark import storage
+from gpuspark.data.checks import SPLIT_NAMES, parse_split
 from gpuspark.errors import LabelsError, QuarantineError
 
 __all__ = [
@@ -33,8 +35,6 @@ __all__ = [
     "read_bytes",
     "read_labels",
 ]
-
-SPLIT_NAMES = ("train", "val", "test")
 
 
 def local_path(uri: str) -> str:
@@ -55,22 +55,6 @@ def read_bytes(uri: str) -> bytes:
 def hash_patient(patient_id: str, salt: str = "") -> str:
     """A stable pseudonym for a patient id: 16 hex digits of SHA-256 over ``salt`` + id."""
     return hashlib.sha256(f"gpuspark:{salt}:{patient_id}".encode()).hexdigest()[:16]
-
-
-def parse_split(split: str | Sequence[float] | None) -> tuple[float, ...] | None:
-    """Validate split fractions (``"0.8,0.1,0.1"`` or a sequence); they must sum to 1."""
-    if split is None:
-        return None
-    try:
-        parts = [float(x) for x in split.split(",")] if isinstance(split, str) else list(split)
-    except ValueError as exc:
-        raise ValueError(f"split must be fractions like 0.8,0.1,0.1, got: {split!r}") from exc
-    if not 1 <= len(parts) <= 3 or any(p < 0 for p in parts) or abs(sum(parts) - 1) > 1e-6:
-        raise ValueError(
-            f"split must be 1 to 3 non-negative fractions (train,val,test) summing to 1, "
-            f"got: {split!r}"
-        )
-    return tuple(parts)
 
 
 def assign_split(key: str, fractions: Sequence[float]) -> str:

@@ -31,7 +31,6 @@ __all__ = [
     "STAGING_PREFIX",
     "abort_write",
     "build_manifest",
-    "check_split_name",
     "check_target",
     "commit",
     "extra_file_name",
@@ -58,16 +57,6 @@ def new_write_id() -> str:
 def shard_name(prefix: str, index: int, wid: str) -> str:
     """The file name of shard ``index`` of split ``prefix`` (``part`` without splits)."""
     return f"{prefix}-{index:05d}-{wid}.tfrecord"
-
-
-def check_split_name(split: str) -> str:
-    """``split`` if it can be part of a file name, else a :class:`GpusparkError`."""
-    if not re.fullmatch(r"[\w.=-]+", split):
-        raise GpusparkError(
-            f"split name {split!r} is not usable in a file name",
-            remedy="use letters, digits, '_', '-', '.' or '='",
-        )
-    return split
 
 
 # --------------------------------------------------------------------------- target directory

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuspark._util.numbers import round_up
-from gpuspark.data.write.commit import check_split_name
+from gpuspark.data.checks import check_split_name
 from gpuspark.errors import GpusparkError
 
 __all__ = ["KEY_COL", "balanced_counts", "partition_keys", "plan_dataframe", "spark_hash_int"]

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuspark.data import format as fmt
+from gpuspark.data.checks import check_split_name
 from gpuspark.data.format import Manifest, ShardInfo
 from gpuspark.data.write.commit import (
     STAGING_PREFIX,
     abort_write,
     build_manifest,
-    check_split_name,
     commit,
     make_provenance,
     new_write_id,

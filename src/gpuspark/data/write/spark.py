@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpuspark.data import format as fmt
+from gpuspark.data.checks import check_split_name
 from gpuspark.data.format import Manifest, ShardInfo
 from gpuspark.data.write.commit import (
     build_manifest,
-    check_split_name,
     commit,
     make_provenance,
     shard_name,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspark.data.checks import check_window_pair
 from gpuspark.errors import RecipeError
 
 __all__ = [
@@ -64,12 +65,9 @@ WINDOW_FORM = "LEVEL,WIDTH in HU with WIDTH > 0, e.g. 100,100"
 def window_pair(text: str) -> tuple[float, float]:
     """``"LEVEL,WIDTH"`` -> ``(level, width)`` in HU; :class:`ValueError` naming the form."""
     try:
-        level, width = (float(x) for x in text.split(","))
+        return check_window_pair(tuple(float(x) for x in text.split(",")))
     except ValueError:
         raise ValueError(f"expected {WINDOW_FORM}") from None
-    if not width > 0:
-        raise ValueError(f"expected {WINDOW_FORM}")
-    return level, width
 
 
 @dataclass
@@ -93,8 +91,8 @@ class ResNet3dOptions:
             raise RecipeError(f"depth must be one of {RESNET_DEPTHS}, got: {self.depth}")
         if self.pool not in ("avg", "max"):
             raise RecipeError(f"pool must be 'avg' or 'max', got: {self.pool!r}")
-        if self.window is not None and not self.window[1] > 0:
-            raise RecipeError(f"window width must be > 0, got: {self.window[1]}")
+        if self.window is not None:
+            self.window = check_window_pair(self.window)
 
 
 @dataclass
