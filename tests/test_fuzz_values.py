@@ -34,6 +34,7 @@ BASE: dict[str, list[str]] = {
     "render yarn": ["{SPEC}"],
     "render kueue": ["{SPEC}"],
     "render volcano": ["{SPEC}"],
+    "render k8s": ["{SPEC}"],
     "cluster up": [],
     "cluster status": [],
     "cluster down": [],

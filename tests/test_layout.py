@@ -136,7 +136,7 @@ def test_no_import_cycles_at_module_level() -> None:
             visit(module)
 
 
-HEAVY = ("torch", "pyspark", "monai", "pydicom", "pandas", "pyarrow", "matplotlib")
+HEAVY = ("torch", "pyspark", "monai", "pydicom", "pandas", "pyarrow", "matplotlib", "lightkube")
 
 
 @pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith("gpuspark.cli")])

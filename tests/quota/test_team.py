@@ -309,6 +309,15 @@ def test_yarn_running_app_is_not_waiting() -> None:
 
 # --------------------------------------------------------------------------- Kueue
 
+# API discovery of a server whose Kueue serves v1beta1 only: the client reads that version.
+_KUEUE_DISCOVERY = {
+    "kind": "APIGroup",
+    "apiVersion": "v1",
+    "name": "kueue.x-k8s.io",
+    "versions": [{"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"}],
+    "preferredVersion": {"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"},
+}
+
 
 def _cluster_queue(name: str, nominal: str, limit: str, used: str, borrowed: str) -> Any:
     return {
@@ -361,6 +370,7 @@ def test_kueue_status_with_bearer_token(
 ) -> None:
     url, routes = server
     monkeypatch.setenv("GPUSPARK_K8S_TOKEN", "t0ken")
+    routes["/apis/kueue.x-k8s.io"] = _KUEUE_DISCOVERY
     routes["/apis/kueue.x-k8s.io/v1beta1/clusterqueues"] = {
         "apiVersion": "kueue.x-k8s.io/v1beta1",
         "kind": "ClusterQueueList",
@@ -421,6 +431,7 @@ def test_kueue_why_from_workload_conditions(
     url, routes = server
     monkeypatch.setenv("GPUSPARK_K8S_TOKEN", "t0ken")
     path = "/apis/kueue.x-k8s.io/v1beta1/namespaces/team-nlp/workloads/pod-spark-driver-3f2a1"
+    routes["/apis/kueue.x-k8s.io"] = _KUEUE_DISCOVERY
     routes[path] = _workload(message)
     reason = why.explain(
         make_spec(), "pod-spark-driver-3f2a1", master=f"k8s://{url}", namespace="team-nlp"

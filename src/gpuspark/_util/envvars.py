@@ -90,7 +90,7 @@ QUOTA_DIR = EnvVar(
 K8S_TOKEN = EnvVar(
     "GPUSPARK_K8S_TOKEN",
     "bearer token of the Kubernetes API for `quota status` / `quota why`",
-    "the kubeconfig's current user",
+    "the kubeconfig's current user, or the pod's service account",
 )
 YARN_RM = EnvVar(
     "GPUSPARK_YARN_RM",

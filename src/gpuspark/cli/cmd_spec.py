@@ -1,5 +1,5 @@
-"""``gpuspark init | validate | render spark | monitoring | yarn | kueue | volcano``: the cluster
-spec and what is rendered from it."""
+"""``gpuspark init | validate | render spark | monitoring | yarn | kueue | volcano | k8s``: the
+cluster spec and what is rendered from it."""
 
 from __future__ import annotations
 
@@ -207,16 +207,21 @@ def _render_quota(
     spec_file: Path, scheduler: str, out_dir: Path | None, json_out: bool, **opts: Any
 ) -> None:
     """Render the team quotas for ``scheduler``; print or write the files, then the notes."""
-    from gpuspark.quota.render import quota_notes, render_quota, write_quota
+    from gpuspark.quota.render import quota_notes, render_quota
     from gpuspark.spec import load_spec
 
     spec = load_spec(spec_file)
     if out_dir is not None:
         check_dir_option(out_dir, "--out")
-        if scheduler == "volcano":
-            opts["template_dir"] = str(out_dir.resolve())
     files = render_quota(spec, scheduler, **opts)
     notes = quota_notes(spec, scheduler, **opts)
+    _emit(files, notes, out_dir, json_out)
+
+
+def _emit(files: dict[str, str], notes: list[str], out_dir: Path | None, json_out: bool) -> None:
+    """Print the rendered files (or write them into ``out_dir``), then the notes."""
+    from gpuspark.quota.render import write_quota
+
     if out_dir is None:
         if json_out:
             print_json({"files": files, "notes": notes})
@@ -320,6 +325,42 @@ def render_volcano_cmd(
         namespace_prefix=namespace_prefix,
         min_executors=min_executors,
     )
+
+
+@render_app.command("k8s")
+def render_k8s_cmd(
+    spec_file: SpecArg,
+    out_dir: OutOpt = None,
+    kueue_api: Annotated[
+        str,
+        typer.Option(
+            "--kueue-api",
+            callback=_kueue_api,
+            help="kueue.x-k8s.io version of the Kueue objects and Configuration.",
+        ),
+    ] = "v1beta2",
+    namespace_prefix: NamespacePrefixOpt = "",
+    conf_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--conf-dir",
+            help="Where the rendered spark/ folder will be when spark-submit runs"
+            " [default: its files name each other relatively].",
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Render Spark on Kubernetes: namespaces, RBAC, queues, monitoring, pod templates,
+    spark-defaults.conf, per-team job settings and SparkApplications."""
+    from gpuspark.quota.render import K8S_RENDERER, quota_notes, render_k8s
+    from gpuspark.spec import load_spec
+
+    spec = load_spec(spec_file)
+    if out_dir is not None:
+        check_dir_option(out_dir, "--out")
+    opts: dict[str, Any] = {"api": kueue_api, "namespace_prefix": namespace_prefix}
+    files = render_k8s(spec, conf_dir=conf_dir, **opts)
+    _emit(files, quota_notes(spec, K8S_RENDERER, conf_dir=conf_dir, **opts), out_dir, json_out)
 
 
 def register(app: typer.Typer) -> None:

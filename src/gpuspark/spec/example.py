@@ -124,6 +124,18 @@ network_crypto = true          # AES on all Spark RPC traffic
 io_encryption = true           # shuffle and spill files encrypted on local disks
 acls = true                    # UI ACLs: admins view and modify, the teams' members view
 admins = ["alice"]
+
+# Spark on Kubernetes (`gpuspark render k8s cluster.toml -o k8s/`): every key is optional.
+# [kubernetes]
+# image = "registry.example.com/gpuspark:0.1.0-cuda"  # the gpuspark image (Containerfile)
+# namespace = "gpuspark"       # shared objects (monitoring, dashboards); teams get their own
+# service_account = "spark"    # the Spark driver's account, with the Role it needs
+# gpu_product = "NVIDIA-A100-SXM4-80GB"   # node label nvidia.com/gpu.product of executors
+# shm_size = "24Gi"            # /dev/shm for NCCL (default: spark.executor.memoryOverhead)
+# rdma_resource = "rdma/rdma_shared_device_a"   # per executor on InfiniBand, with IPC_LOCK
+# local_dirs = ["/raid/spark"] # NVMe scratch on the nodes: Spark's local dirs (hostPath)
+# tolerations = [{ key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }]
+# monitoring_labels = { release = "kube-prometheus-stack" }   # for the Prometheus operator
 """
 
 

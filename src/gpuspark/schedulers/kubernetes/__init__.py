@@ -1,7 +1,10 @@
 """Spark on Kubernetes (``k8s://https://host:port``), with its queueing flavours: Kueue (the
 default: a LocalQueue label on the pods), Volcano or YuniKorn (picked by the spec's
-``spark.kubernetes.scheduler.name``). Kueue ClusterQueues and Volcano Queues are rendered from
-the spec; usage and ``quota why`` come from Kueue's objects through the API server."""
+``spark.kubernetes.scheduler.name``, :mod:`.flavours`). Kueue ClusterQueues and Volcano Queues
+are rendered from the spec (``render kueue``, ``render volcano``), and what else Spark on
+Kubernetes needs by ``render k8s`` (:mod:`.render`: namespaces, RBAC, pod templates,
+``spark-defaults.conf``, SparkApplications); usage and ``quota why`` come from Kueue's objects
+through the API server."""
 
 from __future__ import annotations
 
@@ -16,10 +19,12 @@ from gpuspark.schedulers.kubernetes import kueue, volcano
 from gpuspark.schedulers.kubernetes.api import (
     KueueQueue,
     classify_kueue,
-    k8s_auth,
     kueue_cluster_queues,
     kueue_workload,
 )
+from gpuspark.schedulers.kubernetes.client import connect
+from gpuspark.schedulers.kubernetes.flavours import flavour, team_settings
+from gpuspark.schedulers.kubernetes.render import K8S_RENDERER, k8s_notes, render_k8s
 from gpuspark.schedulers.shares import yaml_documents
 
 if TYPE_CHECKING:
@@ -29,7 +34,6 @@ __all__ = ["KubernetesBackend", "kueue_usage"]
 
 _SCHEME = "k8s://"
 _IMAGE = "spark.kubernetes.container.image"
-_SCHEDULER = "spark.kubernetes.scheduler.name"
 
 
 def kueue_usage(spec: ClusterSpec, queues: list[KueueQueue]) -> list[TeamUsage]:
@@ -39,8 +43,10 @@ def kueue_usage(spec: ClusterSpec, queues: list[KueueQueue]) -> list[TeamUsage]:
 
 
 def _volcano_conf(spec: ClusterSpec, team: str) -> dict[str, str]:
-    """Volcano's scheduler, its feature step, and the team's PodGroup template (written under
-    ``$GPUSPARK_QUOTA_DIR``, as ``render volcano`` writes it)."""
+    """Volcano's scheduler, its feature step, and the team's PodGroup template. The session's
+    driver runs here (client mode) and reads the template as it starts, so the template is
+    written on this machine, under ``$GPUSPARK_QUOTA_DIR``, and named by its path here (the
+    files ``render volcano`` and ``render k8s`` write name theirs relatively)."""
     root = envvars.QUOTA_DIR.get() or str(Path.home() / ".gpuspark" / "quota")
     path = Path(root) / "volcano" / volcano.podgroup_file(team)
     text = yaml_documents(
@@ -50,31 +56,7 @@ def _volcano_conf(spec: ClusterSpec, team: str) -> dict[str, str]:
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         storage.atomic_write_text(path, text)
-    return {
-        _SCHEDULER: "volcano",
-        "spark.kubernetes.driver.pod.featureSteps": volcano.FEATURE_STEP,
-        "spark.kubernetes.executor.pod.featureSteps": volcano.FEATURE_STEP,
-        "spark.kubernetes.scheduler.volcano.podGroupTemplateFile": str(path),
-    }
-
-
-def _yunikorn_conf(team: str) -> dict[str, str]:
-    # Spark's "Using Apache YuniKorn as Customized Scheduler" settings: the queue label
-    # (root.<team>) and the app-id annotation that groups the driver and executor pods.
-    return {
-        _SCHEDULER: "yunikorn",
-        "spark.kubernetes.driver.label.queue": f"root.{team}",
-        "spark.kubernetes.executor.label.queue": f"root.{team}",
-        "spark.kubernetes.driver.annotation.yunikorn.apache.org/app-id": "{{APP_ID}}",
-        "spark.kubernetes.executor.annotation.yunikorn.apache.org/app-id": "{{APP_ID}}",
-    }
-
-
-def _kueue_conf(team: str) -> dict[str, str]:
-    return {
-        f"spark.kubernetes.driver.label.{kueue.QUEUE_LABEL}": team,
-        f"spark.kubernetes.executor.label.{kueue.QUEUE_LABEL}": team,
-    }
+    return team_settings(spec, team, podgroup_template=str(path))
 
 
 class KubernetesBackend(Backend):
@@ -82,7 +64,7 @@ class KubernetesBackend(Backend):
 
     name = "kubernetes"
     example = "k8s://https://host:port"
-    renderers = ("kueue", "volcano")
+    renderers = ("kueue", "volcano", K8S_RENDERER)
 
     def matches(self, master: str) -> bool:
         return master.startswith(_SCHEME)
@@ -101,19 +83,20 @@ class KubernetesBackend(Backend):
     def team_conf(
         self, spec: ClusterSpec, team: str, *, shape: tuple[int, int] | None = None
     ) -> dict[str, str]:
-        flavour = spec.spark.conf.get(_SCHEDULER, "")
-        if flavour == "volcano":
+        if flavour(spec) == "volcano":
             return _volcano_conf(spec, team)
-        if flavour == "yunikorn":
-            return _yunikorn_conf(team)
-        return _kueue_conf(team)
+        return team_settings(spec, team, podgroup_template="")
 
     def render(self, spec: ClusterSpec, renderer: str, **opts: Any) -> dict[str, str]:
+        if renderer == K8S_RENDERER:
+            return render_k8s(spec, **opts)
         if renderer == "volcano":
             return volcano.render_volcano(spec, **opts)
         return kueue.render_kueue(spec, **opts)
 
     def notes(self, spec: ClusterSpec, renderer: str, **opts: Any) -> list[str]:
+        if renderer == K8S_RENDERER:
+            return k8s_notes(spec, conf_dir=opts.get("conf_dir"))
         if renderer == "volcano":
             return volcano.volcano_notes(spec)
         return kueue.kueue_notes(spec, api=opts.get("api", "v1beta2"))
@@ -128,9 +111,11 @@ class KubernetesBackend(Backend):
         return Target("kueue", (url or master.removeprefix(_SCHEME)).rstrip("/"))
 
     def usage(self, spec: ClusterSpec, target: Target) -> list[TeamUsage]:
-        return kueue_usage(spec, kueue_cluster_queues(k8s_auth(target.url)))
+        with connect(target.url) as client:
+            return kueue_usage(spec, kueue_cluster_queues(client))
 
     def why(
         self, spec: ClusterSpec, target: Target, app: str, *, namespace: str = "default"
     ) -> Reason:
-        return classify_kueue(kueue_workload(k8s_auth(target.url), namespace, app))
+        with connect(target.url) as client:
+            return classify_kueue(kueue_workload(client, namespace, app))

@@ -1,95 +1,80 @@
-"""The Kubernetes API for Kueue, as plain data: ``ClusterQueue`` objects
+"""Kueue through the Kubernetes API, as plain data: ``ClusterQueue`` objects
 (``spec.resourceGroups`` quotas, ``status.flavorsUsage``) and ``Workload`` objects
-(``status.conditions``) through the REST API with a bearer token (argument,
-``$GPUSPARK_K8S_TOKEN``, or the kubeconfig's current user), and why a workload waits from its
+(``status.conditions``), read in the Kueue API version the server prefers (API discovery of
+``/apis/kueue.x-k8s.io``: ``v1beta1`` or ``v1beta2``), and why a workload waits from its
 conditions (insufficient unused quota in a flavor, a missing LocalQueue, an inactive
-ClusterQueue). Every ``parse_*`` takes the decoded JSON, so tests can feed recorded
-documents."""
+ClusterQueue). The connection and its credentials are :mod:`.client`'s. Every ``parse_*`` and
+:func:`classify_kueue` take the decoded JSON of either version, so tests can feed recorded
+documents.
+
+Between the two versions (Kueue's ``apis/kueue/v1beta{1,2}``): a ClusterQueue's cohort is
+``spec.cohort`` in v1beta1 and ``spec.cohortName`` in v1beta2; a Workload's priority class is
+``spec.priorityClassName`` in v1beta1 and ``spec.priorityClassRef.name`` in v1beta2. Quotas,
+``status.flavorsUsage``, the workload counts and the conditions are the same.
+"""
 
 from __future__ import annotations
 
-import os
 import re
-import ssl
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspark._util import envvars
 from gpuspark.errors import ClusterError
-from gpuspark.schedulers.base import Reason, http_json
+from gpuspark.schedulers.base import Reason
+from gpuspark.schedulers.kubernetes.client import Access, KubeClient
 
 __all__ = [
     "GPU_RESOURCE",
-    "KUEUE_API",
-    "K8sAuth",
+    "KUEUE_GROUP",
+    "KUEUE_VERSIONS",
     "KueueQueue",
+    "KueueWorkload",
     "classify_kueue",
-    "k8s_auth",
     "kueue_cluster_queues",
+    "kueue_version",
     "kueue_workload",
     "parse_cluster_queue",
     "parse_quantity",
+    "parse_workload",
+    "pick_kueue_version",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The Kubernetes extended resource of NVIDIA GPUs."""
-KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+"""The Kueue API versions gpuspark reads, newest first."""
 
 
-@dataclass
-class K8sAuth:
-    """Where the Kubernetes API is and how to call it."""
-
-    server: str
-    token: str | None = None
-    ctx: Any = None
-
-
-def k8s_auth(server: str | None = None, token: str | None = None) -> K8sAuth:
-    """``server``/``token`` as given, else ``$GPUSPARK_K8S_TOKEN``, else the kubeconfig's
-    (``$KUBECONFIG`` or ``~/.kube/config``) current context: server, token, CA data."""
-    token = token or envvars.K8S_TOKEN.get()
-    if server and token:
-        return K8sAuth(server.rstrip("/"), token)
-    cluster, user = _kubeconfig()
-    ctx = None
-    if cluster.get("certificate-authority-data"):
-        import base64
-
-        ctx = ssl.create_default_context(
-            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode("ascii")
-        )
-    found = server or cluster.get("server")
-    if not found:
-        raise ClusterError(
-            "no Kubernetes API server: none given and no kubeconfig context",
-            remedy="pass --master https://host:6443 (or k8s://https://…) and set "
-            "GPUSPARK_K8S_TOKEN, or set KUBECONFIG",
-        )
-    return K8sAuth(str(found).removeprefix("k8s://").rstrip("/"), token or user.get("token"), ctx)
+def pick_kueue_version(group: dict[str, Any]) -> str:
+    """The version to read from an ``APIGroup`` discovery document: the server's preferred
+    one when gpuspark reads it, else the newest served one it reads."""
+    preferred = (group.get("preferredVersion") or {}).get("version")
+    if preferred in KUEUE_VERSIONS:
+        return str(preferred)
+    served = [str(v.get("version")) for v in group.get("versions") or []]
+    for version in KUEUE_VERSIONS:
+        if version in served:
+            return version
+    raise ClusterError(
+        f"this cluster's Kueue serves {', '.join(served) or 'no version'} of {KUEUE_GROUP}; "
+        f"gpuspark reads {' or '.join(KUEUE_VERSIONS)}",
+        remedy=f"use a Kueue release that still serves {' or '.join(KUEUE_VERSIONS)}",
+    )
 
 
-def _kubeconfig() -> tuple[dict[str, Any], dict[str, Any]]:
-    path = Path(os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config")
-    if not path.exists():
-        return {}, {}
-    import yaml
-
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    current = doc.get("current-context")
-    context = _named(doc.get("contexts"), current, "context")
-    cluster = _named(doc.get("clusters"), context.get("cluster"), "cluster")
-    user = _named(doc.get("users"), context.get("user"), "user")
-    return dict(cluster), dict(user or {})
-
-
-def _named(entries: Any, name: Any, key: str) -> dict[str, Any]:
-    """The ``key`` object of the kubeconfig list entry called ``name`` (``{}`` if none)."""
-    for entry in entries or []:
-        if entry.get("name") == name:
-            return dict(entry.get(key) or {})
-    return {}
+def kueue_version(client: KubeClient) -> str:
+    """The Kueue API version to read on ``client``'s server (API discovery)."""
+    group = client.get_json(
+        f"/apis/{KUEUE_GROUP}",
+        Access("get", f"/apis/{KUEUE_GROUP}"),  # a non-resource URL, as RBAC names it
+        missing=(
+            f"Kueue is not installed on {client.server}: it serves no API group {KUEUE_GROUP}",
+            "install Kueue, or set spark.kubernetes.scheduler.name in the spec to the queueing "
+            "system the cluster has (volcano, yunikorn)",
+        ),
+    )
+    return pick_kueue_version(group)
 
 
 def parse_quantity(text: Any) -> float:
@@ -150,20 +135,70 @@ def parse_cluster_queue(obj: dict[str, Any]) -> KueueQueue:
     )
 
 
-def kueue_cluster_queues(auth: K8sAuth, timeout: float = 5.0) -> list[KueueQueue]:
-    """Every ClusterQueue of the cluster."""
-    doc = http_json(
-        f"{auth.server}{KUEUE_API}/clusterqueues", token=auth.token, timeout=timeout, ctx=auth.ctx
+def kueue_cluster_queues(client: KubeClient, version: str | None = None) -> list[KueueQueue]:
+    """Every ClusterQueue of the cluster, in ``version`` (default: the server's choice)."""
+    version = version or kueue_version(client)
+    doc = client.get_json(
+        f"/apis/{KUEUE_GROUP}/{version}/clusterqueues",
+        Access("list", f"clusterqueues.{KUEUE_GROUP}"),
     )
     return [parse_cluster_queue(item) for item in doc.get("items") or []]
 
 
+@dataclass
+class KueueWorkload:
+    """What a Workload says about where it queues, in either API version."""
+
+    name: str
+    namespace: str
+    queue: str | None
+    """Its LocalQueue (``spec.queueName``)."""
+    cluster_queue: str | None
+    """The ClusterQueue that reserved its quota (``status.admission.clusterQueue``)."""
+    priority_class: str | None
+    """v1beta1 ``spec.priorityClassName``, v1beta2 ``spec.priorityClassRef.name``."""
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line: the workload and its queues."""
+        return (
+            f"Workload {self.namespace}/{self.name}: LocalQueue {self.queue or '-'}, "
+            f"ClusterQueue {self.cluster_queue or '-'}, priority class {self.priority_class or '-'}"
+        )
+
+
+def parse_workload(obj: dict[str, Any]) -> KueueWorkload:
+    """The queueing facts of one Workload object (v1beta1 or v1beta2)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    priority = (spec.get("priorityClassRef") or {}).get("name") or spec.get("priorityClassName")
+    return KueueWorkload(
+        name=str(meta.get("name", "?")),
+        namespace=str(meta.get("namespace", "")),
+        queue=spec.get("queueName"),
+        cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
+        priority_class=priority,
+        conditions=list(status.get("conditions") or []),
+    )
+
+
 def kueue_workload(
-    auth: K8sAuth, namespace: str, name: str, timeout: float = 5.0
+    client: KubeClient, namespace: str, name: str, version: str | None = None
 ) -> dict[str, Any]:
     """One Workload object (``status.conditions`` say why it waits)."""
-    url = f"{auth.server}{KUEUE_API}/namespaces/{namespace}/workloads/{name}"
-    return dict(http_json(url, token=auth.token, timeout=timeout, ctx=auth.ctx))
+    version = version or kueue_version(client)
+    path = f"/apis/{KUEUE_GROUP}/{version}/namespaces/{namespace}/workloads/{name}"
+    found = client.get_json(
+        path,
+        Access("get", f"workloads.{KUEUE_GROUP}", namespace),
+        missing=(
+            f"no Workload {name} in namespace {namespace} on {client.server}",
+            f"list them with: kubectl get workloads.{KUEUE_GROUP} -n {namespace} (a pod's "
+            "Workload is named pod-<pod name>-<hash>); pass --namespace of the job",
+        ),
+    )
+    return dict(found)
 
 
 _KUEUE = (
@@ -203,9 +238,9 @@ def _kueue_words(cause: str, groups: tuple[str, ...]) -> tuple[str, str]:
 
 
 def classify_kueue(workload: dict[str, Any]) -> Reason:
-    """Why a Kueue Workload waits, from its ``status.conditions``."""
-    name = str((workload.get("metadata") or {}).get("name", "?"))
-    conditions = (workload.get("status") or {}).get("conditions") or []
+    """Why a Kueue Workload (v1beta1 or v1beta2) waits, from its ``status.conditions``."""
+    found = parse_workload(workload)
+    name, conditions = found.name, found.conditions
     by_type = {str(c.get("type")): c for c in conditions}
     if by_type.get("Finished", {}).get("status") == "True":
         return Reason(name, "Finished", "finished", "the workload finished", "nothing to do")
@@ -217,12 +252,12 @@ def classify_kueue(workload: dict[str, Any]) -> Reason:
             match = pattern.search(message)
             if match:
                 words, fix = _kueue_words(cause, match.groups())
-                return Reason(name, "Pending", cause, words, fix, [message])
+                return Reason(name, "Pending", cause, words, fix, [message, found.summary()])
     return Reason(
         name,
         "Pending",
         "unknown",
         "; ".join(m for m in messages if m) or "pending, with no condition yet",
         "kubectl describe workload for Kueue's events",
-        messages,
+        [*messages, found.summary()],
     )

@@ -99,7 +99,9 @@ def podgroup_file(team: str) -> str:
 def volcano_spark_conf(
     spec: ClusterSpec, team: str, *, template_dir: str | None = None, namespace_prefix: str = ""
 ) -> dict[str, str]:
-    """Spark properties that schedule ``team``'s application with Volcano in its queue."""
+    """Spark properties that schedule ``team``'s application with Volcano in its queue;
+    ``template_dir``: where the PodGroup template will be when ``spark-submit`` runs (default:
+    its bare file name, relative to where ``spark-submit`` runs)."""
     found = find_team(spec, team)
     name = kube_name(found.name)
     template = podgroup_file(found.name)
@@ -127,8 +129,9 @@ def volcano_notes(spec: ClusterSpec) -> list[str]:
         "the PodGroup template's minResources covers the driver and the first executor(s):"
         " Volcano starts the application only when they fit; executors beyond that are"
         " scheduled as they are asked for, within the queue's capability",
-        "needs Spark >= 3.3 built with -Pvolcano and Volcano >= 1.5.1; the template path in"
-        " spark-volcano-TEAM.conf must be readable where spark-submit runs",
+        "needs Spark >= 3.3 built with -Pvolcano and Volcano >= 1.5.1; spark-volcano-TEAM.conf"
+        " names its PodGroup template relative to the folder it is in: run spark-submit there"
+        " (Spark reads the template where it submits)",
         "spark.dynamicAllocation.maxExecutors keeps one application within max_gpus, as on"
         " standalone",
     ]
