@@ -144,6 +144,8 @@ def _argv(tmp: Path, words: str, option: str, value: str) -> list[str]:
         "LOG": tmp / "driver.log",
     }
     base = [w.format(**{k: str(v) for k, v in fill.items()}) for w in BASE[words]]
+    if words == "launch":  # what follows the script is the script's (as with torchrun)
+        return [*words.split(), option, value, *base]
     return [*words.split(), *base, option, value]
 
 

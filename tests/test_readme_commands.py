@@ -231,6 +231,8 @@ def cli_problems(words: list[str], *, complete: bool) -> list[str]:
             value_next = "=" not in word and _takes_value(command, name)
             continue
         if not hasattr(command, "commands"):
+            if not command.context_settings.get("allow_interspersed_args", True):
+                break  # the first argument ends the command's options (launch SCRIPT ARGS...)
             continue  # an argument or an option's value
         if word == "..." or word.isupper() or "|" in word:
             return []  # a placeholder for the sub-command

@@ -72,13 +72,14 @@ def _reads(args: list[str], spec: Path, env: dict[str, str] | None = None) -> tu
 
 def test_launch_reads_the_spec_file_once(tmp_path: Path) -> None:
     spec, script = _spec(tmp_path), _script(tmp_path)
-    args = ["launch", "-n", "2", str(script), "--local", "--gpus-per-process", "0"]
+    args = ["launch", "-n", "2", "--local", "--gpus-per-process", "0"]
     args += ["--team", "vision", "--metrics-port", "0"]
-    reads, out = _reads([*args, "--spec", str(spec)], spec, {"USER": "carol", "LOGNAME": "carol"})
+    user = {"USER": "carol", "LOGNAME": "carol"}
+    reads, out = _reads([*args, "--spec", str(spec), str(script)], spec, user)
     assert reads == 1
     assert "rank 0 of 2" in out and "rank 1 of 2" in out
     # the spec named by $GPUSPARK_SPEC: read once too
-    reads, _ = _reads(args, spec, {"USER": "carol", "LOGNAME": "carol", "GPUSPARK_SPEC": str(spec)})
+    reads, _ = _reads([*args, str(script)], spec, {**user, "GPUSPARK_SPEC": str(spec)})
     assert reads == 1
 
 
@@ -92,8 +93,8 @@ def test_launch_on_spark_reads_the_spec_file_once(
     all come from it."""
     spark_factory.stop()  # the shared session holds every core: the cluster to this launch
     spec, script = _spec(tmp_path), _script(tmp_path)
-    args = ["launch", "-n", "2", str(script), "--master", local_cluster.master_url]
-    args += ["--team", "vision", "--spec", str(spec)]
+    args = ["launch", "-n", "2", "--master", local_cluster.master_url]
+    args += ["--team", "vision", "--spec", str(spec), str(script)]
     state = str(local_cluster.state_dir)  # the master is known as the embedded cluster
     env = {"USER": "carol", "LOGNAME": "carol", "GPUSPARK_STATE_DIR": state}
     reads, out = _reads(args, spec, env)
@@ -107,15 +108,15 @@ def test_dry_run_reads_once_and_refuses_what_the_run_refuses(
     spec, script = _spec(tmp_path), _script(tmp_path)
     monkeypatch.setattr("getpass.getuser", lambda: "carol")
     reads, out = _reads(
-        ["launch", "-n", "2", str(script), "--team", "vision", "--dry-run", "--spec", str(spec)],
+        ["launch", "-n", "2", "--team", "vision", "--dry-run", "--spec", str(spec), str(script)],
         spec,
         {"USER": "carol", "LOGNAME": "carol"},
     )
     assert reads == 1
     assert str(script) in out  # the plan printed
     # vision may hold 12 GPUs: 16 ranks of 1 GPU are refused in the dry run as in the run
-    args = ["launch", "-n", "16", str(script), "--team", "vision", "--dry-run"]
-    assert main([*args, "--spec", str(spec)]) == 1
+    args = ["launch", "-n", "16", "--team", "vision", "--dry-run"]
+    assert main([*args, "--spec", str(spec), str(script)]) == 1
     err = capsys.readouterr().err
     assert "asks 16 GPUs but team 'vision' may hold at most 12" in err
     assert len(err.strip().splitlines()) == 1

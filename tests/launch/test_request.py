@@ -30,6 +30,8 @@ def test_request_rejects_uneven_split_with_remedy() -> None:
         ({"max_attempts": 0}, "max_attempts"),
         ({"local": True, "processes_per_task": 2}, "local mode"),
         ({"script": ["a.py"]}, "exactly one"),
+        ({"module": True}, "runs a module by name, not a function"),
+        ({"tee": True}, "log_dir"),
     ],
 )
 def test_request_rejects_bad_values(kw: dict[str, Any], text: str) -> None:

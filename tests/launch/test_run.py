@@ -419,7 +419,7 @@ def test_more_ranks_than_the_cluster_has_gpus_is_refused_before_a_session(
     monkeypatch.setenv("GPUSPARK_STATE_DIR", str(local_cluster.state_dir))
     script = tmp_path / "train.py"
     script.write_text("print('never')\n")
-    argv = ["launch", "-n", "99", str(script)] + (["--dry-run"] if dry_run else [])
+    argv = ["launch", *(["--dry-run"] if dry_run else []), "-n", "99", str(script)]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err

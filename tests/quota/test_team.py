@@ -527,6 +527,6 @@ def test_a_user_in_two_teams_must_name_one(
     path.write_text(text.replace('master = "spark://dgx01:7077"', 'master = "local-cluster"'))
     script = tmp_path / "t.py"
     script.write_text("pass\n")
-    assert main(["launch", "-n", "2", str(script), "--dry-run", "--spec", str(path)]) == 1
+    assert main(["launch", "-n", "2", "--dry-run", "--spec", str(path), str(script)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pass --team (one of radiology, vision)" in err

@@ -3,32 +3,88 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, print_json
 
+# The script stops option parsing, as with torchrun: everything after it is the script's.
+_CONTEXT = {"allow_interspersed_args": False}
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``launch`` command."""
-    app.command("launch", no_args_is_help=True)(launch)
+    app.command("launch", no_args_is_help=True, context_settings=_CONTEXT)(launch)
 
 
 def launch(
     script: Annotated[
-        str, typer.Argument(help="The training script (reads RANK, WORLD_SIZE, ...).")
+        str,
+        typer.Argument(
+            metavar="SCRIPT",
+            help="The training script (reads RANK, LOCAL_RANK, WORLD_SIZE, ... as under "
+            "torchrun), or with -m a module name. Launch options go before it.",
+        ),
     ],
     script_args: Annotated[
-        list[str] | None, typer.Argument(help="Arguments of the script, after --.")
+        list[str] | None,
+        typer.Argument(
+            metavar="SCRIPT_ARGS",
+            help="Everything after SCRIPT goes to the script as its arguments, as with "
+            "torchrun (a first -- is dropped).",
+        ),
     ] = None,
-    num_processes: Annotated[int, typer.Option("-n", "--num-processes", help="Ranks.", min=1)] = 1,
+    num_processes: Annotated[
+        int | None,
+        typer.Option(
+            "-n",
+            "--num-processes",
+            help="Ranks in all (WORLD_SIZE) [default: --nproc-per-node, else 1].",
+            min=1,
+        ),
+    ] = None,
+    processes_per_task: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc-per-node",
+            "--nproc_per_node",
+            "--processes-per-task",
+            metavar="N",
+            help="Ranks per node (LOCAL_WORLD_SIZE): each Spark barrier task starts N "
+            "processes, LOCAL_RANK 0..N-1, and asks N x --gpus-per-process GPUs; -n must be a "
+            "multiple of N [default: 1 on Spark; -n with --local, which runs one node].",
+            min=1,
+        ),
+    ] = None,
+    module: Annotated[
+        bool,
+        typer.Option(
+            "-m", "--module", help="Run SCRIPT as a module, as python -m does (torchrun -m)."
+        ),
+    ] = False,
     gpus_per_process: Annotated[
         float, typer.Option("--gpus-per-process", help="Whole GPUs per rank (0: CPU ranks).")
     ] = 1,
-    processes_per_task: Annotated[
-        int | None, typer.Option("--processes-per-task", help="Ranks per Spark barrier task.")
+    log_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--log-dir",
+            metavar="DIR",
+            help="Write each rank's output (stdout and stderr, as one stream) to "
+            "DIR/rank_<r>.log on this machine (DIR is made; files of an earlier launch are "
+            "replaced); the console then shows rank 0 only.",
+        ),
     ] = None,
+    tee: Annotated[
+        bool,
+        typer.Option(
+            "--tee",
+            help="With --log-dir: show every rank's lines on the console too, as [rank r] "
+            "lines (torchrun --tee 3; stdout and stderr are one stream here).",
+        ),
+    ] = False,
     max_restarts: Annotated[
         int, typer.Option("--max-restarts", help="Restarts of failed ranks.")
     ] = 0,
@@ -64,16 +120,26 @@ def launch(
     spec: SpecOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it."""
+    """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it.
+
+    As with torchrun, launch's options come before SCRIPT and everything after it is the
+    script's: gpuspark launch -n 2 train.py --epochs 1.
+    """
     from gpuspark.launch import make_request, prepare, run_request
     from gpuspark.launch.cluster_total import check_cluster_total
 
+    args = list(script_args or [])
+    if args[:1] == ["--"]:  # the older form: train.py -- --epochs 1
+        args = args[1:]
     req = make_request(
         script,
-        *(script_args or []),
-        num_processes=num_processes,
+        *args,
+        num_processes=num_processes or processes_per_task or 1,
         gpus_per_process=gpus_per_process,
         processes_per_task=processes_per_task,
+        module=module,
+        log_dir=log_dir,
+        tee=tee,
         local=local,
         backend=backend,
         max_restarts=max_restarts,
@@ -93,6 +159,7 @@ def launch(
     run_request(req, spec=spec)
     seconds = round(time.monotonic() - start, 2)
     if json_out:
-        print_json({"ok": True, "ranks": num_processes, "seconds": seconds})
+        logs = {"log_dir": req.log_dir} if req.log_dir else {}
+        print_json({"ok": True, "ranks": req.num_processes, "seconds": seconds, **logs})
     else:
-        typer.echo(f"[gpuspark] {num_processes} ranks finished in {seconds} s")
+        typer.echo(f"[gpuspark] {req.num_processes} ranks finished in {seconds} s")

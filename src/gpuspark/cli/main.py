@@ -189,8 +189,9 @@ def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
     return 130
 
 
-EMPTY_ALLOWED = frozenset({"--namespace-prefix"})
-"""Options where an empty value means something (their default, said explicitly)."""
+EMPTY_ALLOWED = frozenset({"--namespace-prefix", "script_args"})
+"""Options where an empty value means something (their default, said explicitly), and the
+arguments passed on untouched (a launched script's own)."""
 INFINITE_ALLOWED = frozenset({"--decode-per-core"})
 """Float options where ``inf`` means something (decoding costs no CPU: done on the GPUs)."""
 

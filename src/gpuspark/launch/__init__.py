@@ -12,7 +12,8 @@ traceback.
 
 This is the package's public face; the modules behind it, one concern each:
 
-- :mod:`~gpuspark.launch.request`: :class:`LaunchRequest`, :func:`make_request` (dry run);
+- :mod:`~gpuspark.launch.request`: :class:`LaunchRequest`, :func:`make_request` (dry run;
+  torchrun's ``-m``, ``--log-dir`` and ``--tee`` as ``module``, ``log_dir``, ``tee``);
 - :mod:`~gpuspark.launch.preflight`: conf, free slots and Python checks before any task;
 - :mod:`~gpuspark.launch.ranks`: backend choice, the ranks' environment, :func:`restart_count`;
 - :mod:`~gpuspark.launch.spark`: the barrier stage; :mod:`~gpuspark.launch.local`: local mode;

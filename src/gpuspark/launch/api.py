@@ -10,15 +10,19 @@ from gpuspark.cluster.monitor_dirs import targets_dir
 from gpuspark.cluster.session import JobKind
 from gpuspark.cluster.submit import JobContext, prepare_job
 from gpuspark.errors import HostLostError, LaunchError
+from gpuspark.launch._internal.logs import RankOutput
 from gpuspark.launch.cluster_total import check_cluster_total
 from gpuspark.launch.local import run_local
 from gpuspark.launch.preflight import preflight
-from gpuspark.launch.request import LaunchRequest, make_request
+from gpuspark.launch.request import OPTIONS, LaunchRequest, build_request
 from gpuspark.launch.results import rank0_value, result_error, timeout_error
 from gpuspark.launch.run_targets import RunTargets
 from gpuspark.launch.spark import run_barrier
 
 __all__ = ["prepare", "run", "run_request"]
+
+_FN_KWARGS_FIRST = frozenset({"module", "log_dir", "tee"})
+"""Request options that :func:`run` leaves to the function (added after its signature)."""
 
 
 def run_request(
@@ -98,7 +102,12 @@ def _attempts_on(req: LaunchRequest, sc: Any, job: JobContext) -> Any:
     if sc is not None:
         req.master = req.master or str(sc.master)
         preflight(req, sc)
-    with RunTargets(targets_dir(job.spec), run_id, req.num_processes) as targets:
+    with (
+        RunTargets(targets_dir(job.spec), run_id, req.num_processes) as targets,
+        RankOutput(req.log_dir, req.tee, req.num_processes) as output,
+    ):
+        if req.log_dir is not None:
+            _note(req.logs_line())
         last: list[dict[str, Any]] = []
         why = ""
         for attempt in range(req.max_attempts):
@@ -106,9 +115,9 @@ def _attempts_on(req: LaunchRequest, sc: Any, job: JobContext) -> Any:
                 _note(f"retry {attempt} of {req.max_attempts - 1} after: {why}")
             try:
                 last = (
-                    run_local(req, run_id, attempt, targets.add)
+                    run_local(req, run_id, attempt, targets.add, output)
                     if sc is None
-                    else run_barrier(req, sc, run_id, attempt, targets.add)
+                    else run_barrier(req, sc, run_id, attempt, targets.add, output)
                 )
             except HostLostError as lost:
                 if attempt + 1 == req.max_attempts:
@@ -181,10 +190,16 @@ def run(
     (:func:`gpuspark.cluster.submit.prepare_job`), whose spec and team are used as they are.
     Raises :class:`LaunchError` before anything starts
     when the cluster cannot run the job, and naming the failing rank and host when one fails.
+
+    The options of torchrun parity (``module``, ``log_dir``, ``tee``) are set through
+    :func:`~gpuspark.launch.make_request` and :func:`run_request`: here those names stay
+    ``fn``'s keyword arguments, as they were before the options existed.
     """
-    req = make_request(
+    opts = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS - _FN_KWARGS_FIRST}
+    req = build_request(
         fn,
-        *args,
+        args,
+        kwargs,
         num_processes=num_processes,
         gpus_per_process=gpus_per_process,
         processes_per_task=processes_per_task,
@@ -197,6 +212,6 @@ def run(
         team=team,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
-        **kwargs,
+        **opts,
     )
     return run_request(req, spark, spec=spec, job=job)

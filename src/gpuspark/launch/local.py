@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuspark.errors import LaunchError
 from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
-from gpuspark.launch._internal.logs import PrintSink
+from gpuspark.launch._internal.logs import PrintSink, RankOutput
 from gpuspark.launch.ranks import cuda_available, rank_env, resolve_backend, start_method
 from gpuspark.launch.request import LaunchRequest
 
@@ -19,10 +19,12 @@ def run_local(
     run_id: str,
     attempt: int,
     on_metrics: Callable[[dict[str, Any]], None] | None = None,
+    output: RankOutput | None = None,
 ) -> list[dict[str, Any]]:
     """Run one attempt of ``req`` here; return the agent's report (a list of one).
 
-    ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it.
+    ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it; ``output``
+    places the ranks' lines (default: the console).
     """
     import torch.distributed.launcher.api  # noqa: F401  (imported once here, not per fork)
 
@@ -32,7 +34,7 @@ def run_local(
     if backend == "nccl":
         _check_local_gpus(req)
     env = rank_env(req, run_id, attempt, backend)
-    sink = PrintSink(on_metrics=on_metrics)
+    sink = PrintSink(on_metrics=on_metrics, output=output)
     if attempt == 0:
         sink.write(f"[gpuspark] backend {backend} ({why}); {req.num_processes} local ranks")
     port, store_fd = store_port("127.0.0.1", req.rdzv_backend)
@@ -49,6 +51,7 @@ def run_local(
         start_method=start_method(backend, req.rdzv_backend),
         payload=req.payload,
         script=req.script,
+        module=req.module,
         env=env,
         host="localhost",
         store_fd=store_fd,

@@ -17,7 +17,7 @@ from typing import Any
 from gpuspark._util.procs import machine_key
 from gpuspark.errors import LaunchError, did_you_mean
 
-__all__ = ["LaunchRequest", "make_request"]
+__all__ = ["OPTIONS", "LaunchRequest", "build_request", "make_request"]
 
 _BACKENDS = ("auto", "nccl", "gloo")
 
@@ -58,7 +58,14 @@ class LaunchRequest:
     payload: bytes | None = field(default=None, repr=False)
     """``cloudpickle.dumps((fn, args, kwargs))`` (function mode)."""
     script: list[str] | None = None
-    """``[script.py, *args]`` (script mode)."""
+    """``[script.py, *args]`` (script mode), or ``[module, *args]`` with ``module``."""
+    module: bool = False
+    """``script[0]`` names a module, run as ``python -m`` does (torchrun's ``-m``)."""
+    log_dir: str | None = None
+    """A folder on the driver: each rank's output (stdout and stderr, one stream) goes to
+    ``<log_dir>/rank_<r>.log``, and the console shows rank 0 only unless ``tee``."""
+    tee: bool = False
+    """With ``log_dir``: the console shows every rank too (torchrun's ``--tee 3``)."""
     workdir: str = field(default_factory=os.getcwd)
     """Where the launch was started: the ranks' working directory on this machine's executors
     (elsewhere they start in the executor's work folder)."""
@@ -99,7 +106,8 @@ class LaunchRequest:
     def entrypoint(self) -> str:
         """What each rank runs, for humans."""
         if self.script is not None:
-            return " ".join(shlex.quote(a) for a in self.script)
+            words = ["-m", *self.script] if self.module else self.script
+            return " ".join(shlex.quote(a) for a in words)
         return f"function {self.function or '?'}"
 
     def materialize(self) -> str:
@@ -122,8 +130,16 @@ class LaunchRequest:
         lines.append("per node: " + self._torchrun_line())
         if self.metrics_port is not None or self.team:
             lines.append(self._metrics_line())
+        if self.log_dir is not None:
+            lines.append(self.logs_line())
         lines += [f"env: {k}={v}" for k, v in sorted(self.env.items())]
         return "\n".join(lines)
+
+    def logs_line(self) -> str:
+        """Where the ranks' output goes with ``log_dir`` (printed when the launch starts)."""
+        files = os.path.join(self.log_dir or "", "rank_<r>.log")
+        console = "every rank" if self.tee else "rank 0 only (--tee: every rank)"
+        return f"rank output: {files}; console: {console}"
 
     def _metrics_line(self) -> str:
         if self.metrics_port == 0:
@@ -157,9 +173,9 @@ def _check_shape(req: LaunchRequest) -> None:
         raise LaunchError(f"processes_per_task={ppt!r} must be a whole number >= 1")
     if ppt is not None and req.local and ppt != req.num_processes:
         raise LaunchError(
-            f"processes_per_task={ppt} does not apply in local mode (one node, "
-            f"{req.num_processes} processes)",
-            remedy="leave processes_per_task out with local=True",
+            f"processes_per_task (--nproc-per-node) {ppt} does not match num_processes (-n) "
+            f"{req.num_processes} in local mode: --local runs one node of all the ranks",
+            remedy="make them equal or leave -n out; several nodes need Spark: drop --local",
         )
     if ppt is not None and req.num_processes % ppt:
         lower = req.num_processes - req.num_processes % ppt
@@ -186,6 +202,17 @@ def _check_shape(req: LaunchRequest) -> None:
         )
     if (req.payload is None) == (req.script is None):
         raise LaunchError("a launch needs exactly one of a function or a script")
+    if req.module and req.script is None:
+        raise LaunchError(
+            "module=True runs a module by name, not a function",
+            remedy="give the module's name as a string (or drop module=True)",
+        )
+    if req.tee and req.log_dir is None:
+        raise LaunchError(
+            "tee (--tee) shows every rank on the console besides the files of log_dir "
+            "(--log-dir), which was not given: without it the console shows every rank",
+            remedy="add --log-dir DIR, or drop --tee",
+        )
     _check_metrics_port(req.metrics_port)
 
 
@@ -196,23 +223,72 @@ def _check_metrics_port(port: object) -> None:
         )
 
 
+OPTIONS = frozenset(LaunchRequest.__dataclass_fields__) - {"payload", "script", "function", "env"}
+"""The keyword arguments of :func:`make_request` that set the launch, not the function."""
+
+
 def make_request(
     fn: Callable[..., Any] | str, *args: Any, env: Mapping[str, str] | None = None, **kw: Any
 ) -> LaunchRequest:
     """Build the :class:`LaunchRequest` for :func:`~gpuspark.launch.run`'s arguments (nothing
-    starts)."""
-    names = set(LaunchRequest.__dataclass_fields__) - {"payload", "script", "function", "env"}
-    opts = {k: kw.pop(k) for k in list(kw) if k in names}
+    starts): keyword arguments named in :data:`OPTIONS` set the launch, the others go to
+    ``fn``. ``fn`` a path: a script, ``args`` its command line; with ``module=True`` a
+    module's name, run as ``python -m`` does. ``log_dir``: a folder on this machine for
+    one ``rank_<r>.log`` per rank (checked here, made when the launch starts)."""
+    opts = {k: kw.pop(k) for k in list(kw) if k in OPTIONS}
+    return build_request(fn, args, kw, env=env, **opts)
+
+
+def build_request(
+    fn: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    env: Mapping[str, str] | None = None,
+    **opts: Any,
+) -> LaunchRequest:
+    """The :class:`LaunchRequest` to run ``fn(*args, **kwargs)`` (or the script or module
+    ``fn`` with the command line ``args``); ``opts`` are the request's fields."""
+    if opts.get("log_dir") is not None:
+        opts["log_dir"] = _log_dir(opts["log_dir"])
     if isinstance(fn, str | os.PathLike):
-        if kw:
-            raise LaunchError(f"a script takes command-line arguments, not {sorted(kw)}")
-        script = [_script_path(fn), *map(str, args)]
-        return LaunchRequest(script=script, env=dict(env or {}), **opts)
+        if kwargs:
+            raise LaunchError(f"a script takes command-line arguments, not {sorted(kwargs)}")
+        target = _module_name(fn) if opts.get("module") else _script_path(fn)
+        return LaunchRequest(script=[target, *map(str, args)], env=dict(env or {}), **opts)
     import cloudpickle
 
-    payload = cloudpickle.dumps((fn, args, kw))
+    payload = cloudpickle.dumps((fn, args, kwargs))
     name = getattr(fn, "__qualname__", type(fn).__name__)
     return LaunchRequest(function=name, payload=payload, env=dict(env or {}), **opts)
+
+
+def _module_name(name: str | os.PathLike[str]) -> str:
+    """A dotted module name as ``python -m`` takes it; a file name is refused with a hint
+    (the module itself is looked up by the ranks, where it may be installed)."""
+    text = os.fspath(name)
+    if not all(part.isidentifier() for part in text.split(".")):
+        hint = "without -m, give the script's path" if text.endswith(".py") else "e.g. pkg.train"
+        raise LaunchError(
+            f"module {text!r} is not a module name (dotted Python names, as python -m takes)",
+            remedy=hint,
+        )
+    return text
+
+
+def _log_dir(path: str | os.PathLike[str]) -> str:
+    """The log folder as an absolute path, refused now when it, or a folder above it, is a
+    file (it is made when the launch starts, not by a dry run)."""
+    shown = os.fspath(path)
+    p = Path(path).expanduser().absolute()
+    blocker = next((q for q in (*reversed(p.parents), p) if q.exists() and not q.is_dir()), None)
+    if blocker is not None:
+        what = "is a file" if blocker == p else f"is under {blocker}, a file"
+        raise LaunchError(
+            f"log_dir (--log-dir) {shown} {what}, not a folder",
+            remedy="name a folder (new or existing) for the rank_<r>.log files",
+        )
+    return str(p)
 
 
 def _script_path(path: str | os.PathLike[str]) -> str:

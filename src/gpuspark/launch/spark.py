@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuspark._util.procs import machine_key
 from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
-from gpuspark.launch._internal.logs import LogServer, SocketSink
+from gpuspark.launch._internal.logs import LogServer, RankOutput, SocketSink
 from gpuspark.launch.preflight import executor_capacity
 from gpuspark.launch.ranks import (
     cuda_available,
@@ -93,6 +93,7 @@ def _barrier_partition(
             start_method=start_method(backend, req.rdzv_backend),
             payload=req.payload,
             script=req.script,
+            module=req.module,
             env=env,
             host=host,
             store_fd=store_fd,
@@ -141,10 +142,12 @@ def run_barrier(
     run_id: str,
     attempt: int,
     on_metrics: Callable[[dict[str, Any]], None] | None = None,
+    output: RankOutput | None = None,
 ) -> list[dict]:
     """Run one attempt of ``req`` as a barrier stage on ``sc``; return the tasks' reports.
 
-    ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it.
+    ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it; ``output``
+    places the ranks' lines on the driver (default: the console).
     """
     import functools
 
@@ -153,6 +156,8 @@ def run_barrier(
     server.on_failure = lambda _rec: server.abort("a rank failed")
     server.show_info = attempt == 0
     server.on_metrics = on_metrics
+    if output is not None:
+        server.output = output
     tag = f"gpuspark-launch-{run_id}-{attempt}"
     timers = _timers(req.timeout, server, sc, tag)
     body = functools.partial(_barrier_partition, req, run_id, attempt, (*server.address, token))

@@ -59,7 +59,9 @@ class TaskSetup:
     payload: bytes | None = None
     """``cloudpickle.dumps((fn, args, kwargs))`` in function mode."""
     script: list[str] | None = None
-    """``[script.py, *args]`` in script mode."""
+    """``[script.py, *args]`` in script mode (``[module, *args]`` with ``module``)."""
+    module: bool = False
+    """``script[0]`` is a module, run as ``python -m`` does."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment of every rank (``CUDA_VISIBLE_DEVICES``, ``GPUSPARK_*``, user env)."""
     host: str = ""
@@ -198,7 +200,8 @@ def _agent_main(spec: TaskSetup, log_dir: str) -> dict[str, Any]:
             outputs = elastic_launch(config, entry)(spec.payload, log_dir)
         else:
             assert spec.script is not None
-            args = ["-u", "-m", _WORKER_MODULE, "--log-dir", log_dir, *spec.script]
+            target = ["-m", *spec.script] if spec.module else spec.script
+            args = ["-u", "-m", _WORKER_MODULE, "--log-dir", log_dir, *target]
             outputs = elastic_launch(config, sys.executable)(*args)
     except ChildFailedError as exc:
         return {"ok": False, "failures": _failure_records(exc)}

@@ -8,20 +8,29 @@ timeout) so healthy ranks do not wait for peers that are gone.
 Protocol, one UTF-8 line per message: task -> driver ``HELLO <token> <task>``,
 ``L <rank> <text>``, ``N <kind> <json>`` (kind ``failed``, ``info`` or ``metrics``: a rank's
 ``/metrics`` endpoint); driver -> task ``ABORT``.
+
+On the driver, a :class:`RankOutput` decides where each rank line goes: the console, and with
+a log folder (``gpuspark launch --log-dir``) one file per rank.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
-__all__ = ["LogServer", "PrintSink", "SocketSink", "format_line"]
+from gpuspark.errors import LaunchError
+
+__all__ = ["LogServer", "PrintSink", "RankOutput", "SocketSink", "format_line"]
+
+_OPEN_FILES = 64
+"""Rank log files kept open at once on the driver (a launch may have thousands of ranks)."""
 
 
 def format_line(rank: int, text: str) -> str:
@@ -34,20 +43,102 @@ def _write_stdout(text: str) -> None:
     sys.stdout.flush()
 
 
+class RankOutput:
+    """Where the driver puts the ranks' lines, for the whole launch (attempts, restarts).
+
+    Without a log folder: the console, ``[rank r] text``. With ``log_dir``: each line as the
+    rank printed it in ``<log_dir>/rank_<r>.log`` (stdout and stderr, one stream: the rank
+    writes both to one file descriptor), and on the console rank 0's lines only, or every
+    rank's with ``tee`` (torchrun ``--log-dir D -r 3 -t 0:3`` and ``-t 3``). Notes of the
+    launcher itself (``[gpuspark] ...``) always go to the console.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | None = None,
+        tee: bool = False,
+        ranks: int = 0,
+        write: Callable[[str], None] = _write_stdout,
+    ) -> None:
+        self.log_dir = log_dir
+        self.tee = tee
+        self.ranks = ranks
+        self.write = write
+        self._files: dict[int, IO[str]] = {}
+        self._lock = threading.Lock()
+
+    def path(self, rank: int) -> str:
+        """The log file of ``rank`` (only meaningful with a log folder)."""
+        return os.path.join(self.log_dir or "", f"rank_{rank}.log")
+
+    def open(self) -> None:
+        """Make the log folder and one empty file per rank (an earlier launch's are replaced,
+        so every file holds this launch's output)."""
+        if self.log_dir is None:
+            return
+        try:
+            os.makedirs(self.log_dir, exist_ok=True)
+            for rank in range(self.ranks):
+                with open(self.path(rank), "w", encoding="utf-8"):
+                    pass
+        except OSError as exc:
+            raise LaunchError(
+                f"log_dir (--log-dir) {self.log_dir}: cannot write the rank log files "
+                f"({exc.strerror or exc})",
+                remedy="name a folder you can write to",
+            ) from None
+
+    def line(self, rank: int, text: str) -> None:
+        """One line rank ``rank`` printed."""
+        if self.log_dir is None:
+            self.write(format_line(rank, text))
+            return
+        with self._lock:
+            self._file(rank).write(text + "\n")
+        if self.tee or rank == 0:
+            self.write(format_line(rank, text))
+
+    def _file(self, rank: int) -> IO[str]:
+        fh = self._files.pop(rank, None)
+        if fh is None:
+            if len(self._files) >= _OPEN_FILES:  # the least recently written one
+                self._files.pop(next(iter(self._files))).close()
+            fh = open(self.path(rank), "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._files[rank] = fh  # most recently written last
+        return fh
+
+    def close(self) -> None:
+        """Close the files (what was written is there already: line buffered)."""
+        with self._lock:
+            for fh in self._files.values():
+                with contextlib.suppress(OSError):
+                    fh.close()
+            self._files.clear()
+
+    def __enter__(self) -> RankOutput:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class PrintSink:
-    """Local mode: lines go straight to this process's stdout."""
+    """Local mode: lines go straight to this process's stdout (through ``output``)."""
 
     def __init__(
         self,
         write: Callable[[str], None] = _write_stdout,
         on_metrics: Callable[[dict[str, Any]], None] | None = None,
+        output: RankOutput | None = None,
     ) -> None:
         self.write = write
         self.on_metrics = on_metrics
+        self.output = output or RankOutput(write=write)
         self.notices: list[tuple[str, dict[str, Any]]] = []
 
     def line(self, rank: int, text: str) -> None:
-        self.write(format_line(rank, text))
+        self.output.line(rank, text)
 
     def notice(self, kind: str, payload: dict[str, Any]) -> None:
         if kind == "metrics" and self.on_metrics is not None:
@@ -74,6 +165,8 @@ class LogServer:
         self.on_failure = on_failure
         self.on_metrics: Callable[[dict[str, Any]], None] | None = None
         """Called with each rank's ``/metrics`` endpoint (``N metrics {...}``)."""
+        self.output = RankOutput(write=write)
+        """Where rank lines go (the console; files with a log folder)."""
         self.show_info = True
         self.failures: list[dict[str, Any]] = []
         self.infos: list[dict[str, Any]] = []
@@ -140,7 +233,7 @@ class LogServer:
         kind, _, rest = msg.partition(" ")
         if kind == "L":
             rank, _, text = rest.partition(" ")
-            self.write(format_line(int(rank), text))
+            self.output.line(int(rank), text)
         elif kind == "N":
             what, _, body = rest.partition(" ")
             payload = json.loads(body)

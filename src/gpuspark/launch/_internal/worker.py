@@ -4,7 +4,8 @@ Two entry points share the same set-up:
 
 * :func:`entry` runs a cloudpickled function (``gpuspark.launch.run(fn, ...)``);
 * ``python -m gpuspark.launch._internal.worker --log-dir D script.py [args]`` runs a script
-  the way ``torchrun`` does (``gpuspark launch``).
+  the way ``torchrun`` does (``gpuspark launch``); ``... --log-dir D -m module [args]`` runs a
+  module the way ``torchrun -m`` (``python -m``) does.
 
 Set-up: the process dies with its parent (``PR_SET_PDEATHSIG``), so no rank outlives its agent,
 and is named ``gpuspark-rank<RANK>`` (``ps -o comm``);
@@ -153,24 +154,43 @@ def _leave_without_teardown() -> None:
     os._exit(_exit_code)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuspark.launch._internal.worker --log-dir D script.py [args...]``."""
-    import atexit
+def _run_target(script: str, args: list[str], module: bool) -> None:
+    """Run the script (``python script.py``) or module (``python -m module``) as
+    ``__main__`` with ``args`` in ``sys.argv``, as the interpreter would."""
     import runpy
 
+    if module:
+        # python -m puts the working directory first on the path (this worker ran with -m:
+        # it is there already) and sets argv[0] to the module's file (run_module does).
+        sys.argv = [script, *args]
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        runpy.run_module(script, run_name="__main__", alter_sys=True)
+        return
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuspark.launch._internal.worker --log-dir D [-m] target [args...]``."""
+    import atexit
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    module = len(argv) > 2 and argv[2] == "-m"
+    if module:
+        del argv[2]
     if len(argv) < 3 or argv[0] != "--log-dir":
         sys.stderr.write(
-            "usage: python -m gpuspark.launch._internal.worker --log-dir DIR script.py ...\n"
+            "usage: python -m gpuspark.launch._internal.worker --log-dir DIR "
+            "(script.py | -m module) ...\n"
         )
         return 2
     log_dir, script, script_args = argv[1], argv[2], argv[3:]
     _setup(log_dir)
-    sys.argv = [script, *script_args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     atexit.register(_leave_without_teardown)
     try:
-        runpy.run_path(script, run_name="__main__")
+        _run_target(script, script_args, module)
     except SystemExit as exc:
         code: Any = exc.code
         if code in (None, 0):
