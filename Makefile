@@ -7,9 +7,9 @@ STAMP := $(VENV)/.gpuspark-installed
 TORCH_CPU := torch==2.13.0
 PYTEST_ARGS ?= --durations=25
 
-.PHONY: setup test test-all demo lint java monitoring-tools clean
+.PHONY: setup test test-all demo lint java monitoring-tools image-tools image clean
 
-setup: $(STAMP)
+setup: $(STAMP) image-tools
 
 # Java >= 17 is needed by Spark 4. Installed with apt when missing and we are root.
 java:
@@ -39,6 +39,19 @@ monitoring-tools:
 	  echo "gpuspark: note: install $(MON_PKGS) for the monitoring tests and 'gpuspark monitor up'" >&2; \
 	fi
 
+# podman, buildah and debootstrap for `make image` (the container image, docs/image.md).
+# Installed with apt when missing and we are root; else a note.
+IMAGE_PKGS := podman buildah debootstrap
+image-tools:
+	@if command -v podman >/dev/null && command -v buildah >/dev/null \
+	    && command -v debootstrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	  echo "gpuspark: installing $(IMAGE_PKGS) (make image)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(IMAGE_PKGS) >/dev/null; \
+	else \
+	  echo "gpuspark: note: install $(IMAGE_PKGS) for 'make image'" >&2; \
+	fi
+
 $(STAMP): pyproject.toml constraints.txt | java monitoring-tools
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
@@ -59,6 +72,13 @@ test-all: setup
 
 demo: setup
 	@$(BIN)/gpuspark demo
+
+# The container image (Containerfile): CPU variant on a Debian base made here by debootstrap;
+# `make image BASE_IMAGE=nvcr.io/nvidia/pytorch:<tag> IMAGE=localhost/gpuspark:gpu` for GPU nodes.
+IMAGE ?= localhost/gpuspark:cpu
+BASE_IMAGE ?= localhost/gpuspark-base:bookworm
+image: setup
+	@IMAGE=$(IMAGE) BASE_IMAGE=$(BASE_IMAGE) TORCH=$(TORCH_CPU) PYTHON=$(BIN)/python deploy/image/build.sh
 
 lint: setup
 	@$(BIN)/ruff check src tests benchmarks

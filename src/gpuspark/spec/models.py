@@ -336,6 +336,16 @@ class Toleration(_Model):
         return self
 
 
+def _installed(package: str, fallback: str) -> str:
+    """The installed version of ``package`` (its metadata: nothing is imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return fallback
+
+
 class KubernetesSettings(_Model):
     """``[kubernetes]``: what ``gpuspark render k8s`` puts into the pods, templates and
     objects it renders (Spark on Kubernetes, with the spec's Kueue/Volcano/YuniKorn flavour).
@@ -374,8 +384,9 @@ class KubernetesSettings(_Model):
     """Absolute paths of the nodes' NVMe scratch, mounted into executors (``hostPath``) as
     Spark's local dirs (``spark-local-dir-1``, ...: shuffle, spill, the shard cache).
     Empty: Spark's own ``emptyDir``."""
-    spark_version: str = "4.0.1"
-    """Spark version in the image (``SparkApplication`` ``spec.sparkVersion``)."""
+    spark_version: str = Field(default_factory=lambda: _installed("pyspark", "4.3.0"))
+    """Spark version in the image (``SparkApplication`` ``spec.sparkVersion``); default: the
+    pyspark installed here, which ``make image`` puts into the image."""
     monitoring_labels: dict[str, str] = Field(default_factory=dict)
     """Extra labels of the rendered PodMonitors, ServiceMonitors and PrometheusRule, so that
     the Prometheus operator's selectors pick them (kube-prometheus-stack: ``release =
