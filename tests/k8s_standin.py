@@ -6,7 +6,9 @@ JSON body, client certificate name, bearer token) for assertions: discovery (``/
 ``/apis``, ``/api/v1``, ``/apis/<group>[/<version>]``) of :func:`served`; objects in memory by
 apiVersion/plural/namespace/name with GET (one; lists with a basic ``labelSelector``), POST
 (assigns ``uid``, ``resourceVersion``, ``creationTimestamp``), PUT, PATCH (merge and strategic
-merge both applied as a JSON merge patch), DELETE (one; a collection by label); and
+merge both applied as a JSON merge patch; a server-side apply, content type
+``application/apply-patch+yaml`` with a JSON body as fabric8 sends it, creates a missing
+object as the API server does), DELETE (one; a collection by label); and
 ``?watch=true``: a chunked stream of ``{"type": "ADDED", "object": ...}`` lines for the current
 objects, then one per change, until the client goes (seen at the next write) or the stand-in
 stops. It can require a client certificate or bearer tokens (:meth:`StandIn.require`) and
@@ -51,11 +53,13 @@ class Resource:
 
 
 def served(kueue_versions: Iterable[str]) -> list[Resource]:
-    """Core resources, Kueue's in each of ``kueue_versions``, and the Spark operator's."""
+    """Core resources, NetworkPolicies (Spark 4's submission client applies one per driver),
+    Kueue's in each of ``kueue_versions``, and the Spark operator's."""
     core = ["Pod", "Service", "ConfigMap", "PersistentVolumeClaim", "Secret", "ServiceAccount"]
     kueue = (("ClusterQueue", False), ("LocalQueue", True), ("Workload", True))
     return [
         *(Resource("", "v1", kind, f"{kind.lower()}s") for kind in core),
+        Resource("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies"),
         *(Resource(KUEUE, v, k, f"{k.lower()}s", ns) for v in kueue_versions for k, ns in kueue),
         Resource("sparkoperator.k8s.io", "v1beta2", "SparkApplication", "sparkapplications"),
     ]
@@ -388,8 +392,11 @@ class StandIn:
             "preferredVersion": entries[0],
         }
 
-    def answer(self, method: str, route: Route, query: dict[str, str], body: Any) -> Any:
-        """(HTTP code, JSON document) for one non-watch request on a resource."""
+    def answer(
+        self, method: str, route: Route, query: dict[str, str], body: Any, *, apply: bool = False
+    ) -> Any:
+        """(HTTP code, JSON document) for one non-watch request on a resource; ``apply``: a
+        server-side apply PATCH (creates the object when missing)."""
         res = route.res
         assert res is not None
         namespace = route.namespace if res.namespaced else ""
@@ -416,6 +423,10 @@ class StandIn:
             for found in selected:
                 self.store.save("DELETED", found, self.store.objects[found])
             return 200, _status(200, "", "deleted")
+        if current is None and apply and method == "PATCH" and isinstance(body, dict):
+            obj = _new_object(res, namespace or "", body)
+            obj["metadata"]["name"] = route.name
+            return 201, self.store.save("ADDED", key, obj)
         if current is None:
             return 404, _status(404, "NotFound", f'{res.plural} "{route.name}" not found')
         if method == "GET":
@@ -510,7 +521,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(200, _status(200, "", "no WebSocket watches: use HTTP streaming"))
         if watch:
             return self._watch(route, query)
-        self._send(*self.standin.answer(method, route, query, request.body))
+        apply = self.headers.get("Content-Type", "").startswith("application/apply-patch")
+        self._send(*self.standin.answer(method, route, query, request.body, apply=apply))
 
     def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)

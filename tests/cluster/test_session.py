@@ -42,7 +42,8 @@ def test_yarn_dry_run_materializes_spark_submit() -> None:
     assert plan.conf["spark.submit.deployMode"] == "client"
 
 
-def test_k8s_needs_an_image() -> None:
+def test_k8s_needs_an_image(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("GPUSPARK_QUOTA_DIR", str(tmp_path))  # the pod templates go there
     with pytest.raises(ClusterError, match=r"spark\.kubernetes\.container\.image"):
         session_plan("k8s://https://api.example:6443")
     plan = session_plan(

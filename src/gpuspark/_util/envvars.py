@@ -84,7 +84,7 @@ CACHE_DIR = EnvVar(
 KEEP_LOGS = EnvVar("GPUSPARK_KEEP_LOGS", "`1`: a launch keeps its agents' and ranks' logs")
 QUOTA_DIR = EnvVar(
     "GPUSPARK_QUOTA_DIR",
-    "where a job's Volcano PodGroup templates are written",
+    "where a k8s:// job's pod templates and Volcano PodGroup templates are written",
     "`~/.gpuspark/quota`",
 )
 K8S_TOKEN = EnvVar(

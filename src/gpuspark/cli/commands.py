@@ -15,6 +15,7 @@ _MODULES = [
     "gpuspark.cli.cmd_prep",
     "gpuspark.cli.cmd_launch",
     "gpuspark.cli.cmd_train",
+    "gpuspark.cli.cmd_predict",
     "gpuspark.cli.cmd_monitor",
     "gpuspark.cli.cmd_doctor",
     "gpuspark.cli.cmd_quota",

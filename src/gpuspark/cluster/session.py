@@ -107,13 +107,20 @@ def local_defaults() -> dict[str, str]:
     }
 
 
-def _python_conf() -> dict[str, str]:
-    # Executors must run the driver's Python, or tasks fail with ModuleNotFoundError.
+def _python_conf(executors: str) -> dict[str, str]:
+    """The driver runs this Python; executors run ``executors``."""
     return {
-        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.python": executors,
         "spark.pyspark.driver.python": sys.executable,
-        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": executors,
     }
+
+
+def _executor_python(merged: dict[str, str], backend: Backend) -> str:
+    """A ``spark.pyspark.python`` the spec sets is kept (Spark's venv-pack + ``spark.archives``
+    pattern, containers with their own Python); else the backend's (the image's on
+    Kubernetes); else the driver's, or tasks fail with ModuleNotFoundError."""
+    return merged.get("spark.pyspark.python") or backend.executor_python() or sys.executable
 
 
 def _embedded(cluster: LocalCluster | None, state_dir: Any) -> LocalCluster:
@@ -191,7 +198,7 @@ def _wait_for_executors(cores: int) -> dict[str, str]:
 
 def _spec_conf(spec: ClusterSpec, backend: Backend) -> dict[str, str]:
 
-    return backend.session_spec_conf(spark_conf(spec))
+    return backend.session_spec_conf(spark_conf(spec), spec)
 
 
 def _kind_conf(conf: dict[str, str], kind: JobKind) -> dict[str, str]:
@@ -280,12 +287,13 @@ def session_plan(
         # (published as targets, see .targets); only in-process local[*] runs without it.
         merged["spark.ui.enabled"] = "true"
     merged = _kind_conf(merged, JobKind(kind))
-    merged.update(_python_conf())
+    merged.update(_python_conf(_executor_python(merged, backend)))
     merged.update({_key(k): _value(v) for k, v in conf.items()})
     _route_driver_log(merged)
     backend.check_session(resolved, merged)
     check_slots(merged)
-    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {"PYSPARK_PYTHON": merged["spark.pyspark.python"]}
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     if merged.get("spark.driver.bindAddress") == "127.0.0.1":
         # The driver's web UI binds to SPARK_LOCAL_IP, else to every interface.
         env["SPARK_LOCAL_IP"] = "127.0.0.1"

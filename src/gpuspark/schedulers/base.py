@@ -175,9 +175,11 @@ class Backend(ABC):
         (Kubernetes: the GPU vendor of the device plugin)."""
         return conf
 
-    def session_spec_conf(self, conf: dict[str, str]) -> dict[str, str]:
-        """The spec's Spark settings as a session on this backend takes them (``local[N]``
-        drops what needs executors)."""
+    def session_spec_conf(self, conf: dict[str, str], spec: ClusterSpec) -> dict[str, str]:
+        """The spec's Spark settings (``conf``, ``[spark.conf]`` applied) as a session on
+        this backend takes them, with what it needs from ``spec`` (``local[N]`` drops what
+        needs executors; Kubernetes adds image, namespace, service account and pod
+        templates). Used by every session on this backend, whatever the spec's own master."""
         return conf
 
     def check_session(self, master: str, conf: dict[str, str]) -> None:
@@ -187,6 +189,12 @@ class Backend(ABC):
 
     def check_environment(self, master: str) -> None:
         """Refuse, before Spark starts, a process environment the master cannot work in."""
+        return None
+
+    def executor_python(self) -> str | None:
+        """The Python executors run when the spec and the caller name none
+        (``spark.pyspark.python``); ``None``: the driver's own interpreter (same machine or
+        same install path), which is what every backend but containers wants."""
         return None
 
     def requires_authentication(self, master: str) -> bool | None:

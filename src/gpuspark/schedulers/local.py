@@ -31,7 +31,7 @@ class LocalBackend(Backend):
     def matches(self, master: str) -> bool:
         return master == "local" or master.startswith("local[")
 
-    def session_spec_conf(self, conf: dict[str, str]) -> dict[str, str]:
+    def session_spec_conf(self, conf: dict[str, str], spec: ClusterSpec) -> dict[str, str]:
         return {k: v for k, v in conf.items() if not any(d in k for d in _NEEDS_EXECUTORS)}
 
     def target(

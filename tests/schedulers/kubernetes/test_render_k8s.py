@@ -391,6 +391,8 @@ def test_session_team_conf_keeps_its_queue_labels() -> None:
     assert conf == {
         "spark.kubernetes.driver.label.kueue.x-k8s.io/queue-name": "vision",
         "spark.kubernetes.executor.label.kueue.x-k8s.io/queue-name": "vision",
+        "spark.kubernetes.namespace": "vision",  # as render k8s names the team's namespace
+        "spark.dynamicAllocation.maxExecutors": "12",  # max_gpus 12 / 1 GPU per executor
     }
     yunikorn = backend.team_conf(
         _spec(conf={"spark.kubernetes.scheduler.name": "yunikorn"}), "vision"

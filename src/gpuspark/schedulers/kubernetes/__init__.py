@@ -4,16 +4,14 @@ default: a LocalQueue label on the pods), Volcano or YuniKorn (picked by the spe
 are rendered from the spec (``render kueue``, ``render volcano``), and what else Spark on
 Kubernetes needs by ``render k8s`` (:mod:`.render`: namespaces, RBAC, pod templates,
 ``spark-defaults.conf``, SparkApplications); usage and ``quota why`` come from Kueue's objects
-through the API server."""
+through the API server. A session on ``k8s://`` (client mode) takes the spec's ``[kubernetes]``
+settings and pod templates (:mod:`.session`) and puts a team's job in the team's namespace and
+queue."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuspark import storage
-from gpuspark._util import envvars
-from gpuspark.errors import ClusterError
 from gpuspark.schedulers.base import Backend, Embedded, Reason, Target, TeamUsage, queue_usage
 from gpuspark.schedulers.kubernetes import kueue, volcano
 from gpuspark.schedulers.kubernetes.api import (
@@ -24,8 +22,22 @@ from gpuspark.schedulers.kubernetes.api import (
 )
 from gpuspark.schedulers.kubernetes.client import connect
 from gpuspark.schedulers.kubernetes.flavours import flavour, team_settings
-from gpuspark.schedulers.kubernetes.render import K8S_RENDERER, k8s_notes, render_k8s
+from gpuspark.schedulers.kubernetes.render import (
+    K8S_RENDERER,
+    k8s_notes,
+    render_k8s,
+    team_namespace,
+)
+from gpuspark.schedulers.kubernetes.session import (
+    IMAGE_PYTHON,
+    check_image,
+    check_templates,
+    session_conf,
+    state_root,
+    write_if_changed,
+)
 from gpuspark.schedulers.shares import yaml_documents
+from gpuspark.schedulers.standalone.caps import team_caps
 
 if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
@@ -33,7 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["KubernetesBackend", "kueue_usage"]
 
 _SCHEME = "k8s://"
-_IMAGE = "spark.kubernetes.container.image"
 
 
 def kueue_usage(spec: ClusterSpec, queues: list[KueueQueue]) -> list[TeamUsage]:
@@ -47,15 +58,12 @@ def _volcano_conf(spec: ClusterSpec, team: str) -> dict[str, str]:
     driver runs here (client mode) and reads the template as it starts, so the template is
     written on this machine, under ``$GPUSPARK_QUOTA_DIR``, and named by its path here (the
     files ``render volcano`` and ``render k8s`` write name theirs relatively)."""
-    root = envvars.QUOTA_DIR.get() or str(Path.home() / ".gpuspark" / "quota")
-    path = Path(root) / "volcano" / volcano.podgroup_file(team)
+    path = state_root() / "volcano" / volcano.podgroup_file(team)
     text = yaml_documents(
         [f"PodGroup template for team '{team}' (Spark's Volcano feature step)."],
         [volcano.podgroup_template(spec, team)],
     )
-    if not path.exists() or path.read_text(encoding="utf-8") != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        storage.atomic_write_text(path, text)
+    write_if_changed(path, text)
     return team_settings(spec, team, podgroup_template=str(path))
 
 
@@ -73,19 +81,32 @@ class KubernetesBackend(Backend):
         # Kubernetes requests GPUs through the device plugin's resource name.
         return {**conf, "spark.executor.resource.gpu.vendor": "nvidia.com"}
 
+    def session_spec_conf(self, conf: dict[str, str], spec: ClusterSpec) -> dict[str, str]:
+        return session_conf(spec, conf)
+
+    def executor_python(self) -> str | None:
+        return IMAGE_PYTHON
+
     def check_session(self, master: str, conf: dict[str, str]) -> None:
-        if _IMAGE not in conf:
-            raise ClusterError(
-                f"master=k8s://… needs {_IMAGE}",
-                remedy="pass it as conf or in the spec's [spark.conf] table",
-            )
+        check_image(conf)
+        check_templates(conf)
 
     def team_conf(
         self, spec: ClusterSpec, team: str, *, shape: tuple[int, int] | None = None
     ) -> dict[str, str]:
+        """The team's namespace (as ``render k8s`` names it, without a prefix), its queue
+        (:func:`.flavours.team_settings`) and, for dynamic allocation, the executors its
+        ``max_gpus`` holds (as in ``render k8s``'s ``TEAM-data.conf``)."""
         if flavour(spec) == "volcano":
-            return _volcano_conf(spec, team)
-        return team_settings(spec, team, podgroup_template="")
+            queue = _volcano_conf(spec, team)
+        else:
+            queue = team_settings(spec, team, podgroup_template="")
+        cap = team_caps(spec, team).max_executors
+        return {
+            "spark.kubernetes.namespace": team_namespace(team),
+            "spark.dynamicAllocation.maxExecutors": str(cap),
+            **queue,
+        }
 
     def render(self, spec: ClusterSpec, renderer: str, **opts: Any) -> dict[str, str]:
         if renderer == K8S_RENDERER:

@@ -58,8 +58,10 @@ __all__ = [
     "job_namespaces",
     "jobs",
     "k8s_notes",
+    "pod_template_files",
     "render_k8s",
     "spark_defaults",
+    "team_namespace",
 ]
 
 K8S_RENDERER = "k8s"
@@ -111,14 +113,16 @@ def _ref(conf_dir: str | None, name: str) -> str:
     return f"{conf_dir.rstrip('/')}/{name}" if conf_dir else name
 
 
-def _team_namespace(team: str, prefix: str) -> str:
+def team_namespace(team: str, prefix: str = "") -> str:
+    """The namespace of ``team``'s jobs: ``prefix`` (``render k8s --namespace-prefix``) +
+    the team's name as a Kubernetes name."""
     return prefix + kube_name(team)
 
 
 def job_namespaces(spec: ClusterSpec, namespace_prefix: str = "") -> list[str]:
     """The shared namespace, then each team's (``namespace_prefix`` + team), each once."""
     found = [spec.kubernetes.namespace]
-    found += [_team_namespace(t.name, namespace_prefix) for t in spec.teams]
+    found += [team_namespace(t.name, namespace_prefix) for t in spec.teams]
     return list(dict.fromkeys(found))
 
 
@@ -137,7 +141,7 @@ def jobs(spec: ClusterSpec, namespace_prefix: str = "") -> list[Job]:
     for team in spec.teams:
         cap = team_caps(spec, team).max_executors
         train = min(cap, max(1, team.guaranteed_gpus // per_executor))
-        ns = _team_namespace(team.name, namespace_prefix)
+        ns = team_namespace(team.name, namespace_prefix)
         out += [Job(team.name, "data", ns, cap, dynamic), Job(team.name, "train", ns, train, False)]
     return out
 
@@ -196,7 +200,7 @@ def _job_conf(spec: ClusterSpec, job: Job, conf_dir: str | None) -> dict[str, st
 
 
 def _namespaces(spec: ClusterSpec, prefix: str) -> list[dict[str, Any]]:
-    teams = {_team_namespace(t.name, prefix): kube_name(t.name) for t in spec.teams}
+    teams = {team_namespace(t.name, prefix): kube_name(t.name) for t in spec.teams}
     docs = []
     for name in job_namespaces(spec, prefix):
         labels = dict(PART_OF)
@@ -267,6 +271,26 @@ def _cluster_files(
     return files
 
 
+def pod_template_files(spec: ClusterSpec) -> dict[str, str]:
+    """The driver's and the executors' pod template files (name -> content), as
+    ``render k8s`` writes them into ``spark/`` and a ``k8s://`` session under its state
+    directory."""
+    return {
+        DRIVER_TEMPLATE_FILE: yaml_documents(
+            ["Spark driver pod template (spark.kubernetes.driver.podTemplateFile)."],
+            [driver_template(spec)],
+        ),
+        EXECUTOR_TEMPLATE_FILE: yaml_documents(
+            [
+                "Spark executor pod template (spark.kubernetes.executor.podTemplateFile).",
+                f"/dev/shm: memory-backed, {shm_size(spec)} at most, counted in the pod's"
+                " memory limit.",
+            ],
+            [executor_template(spec)],
+        ),
+    }
+
+
 def _spark_files(
     spec: ClusterSpec, found: list[Job], app_conf: Mapping[str, str], conf_dir: str | None
 ) -> dict[str, str]:
@@ -281,18 +305,7 @@ def _spark_files(
                 "Per job: --load-spark-defaults --properties-file TEAM-KIND.conf (Spark >= 4.0)",
             ),
         ),
-        f"spark/{DRIVER_TEMPLATE_FILE}": yaml_documents(
-            ["Spark driver pod template (spark.kubernetes.driver.podTemplateFile)."],
-            [driver_template(spec)],
-        ),
-        f"spark/{EXECUTOR_TEMPLATE_FILE}": yaml_documents(
-            [
-                "Spark executor pod template (spark.kubernetes.executor.podTemplateFile).",
-                f"/dev/shm: memory-backed, {shm_size(spec)} at most, counted in the pod's"
-                " memory limit.",
-            ],
-            [executor_template(spec)],
-        ),
+        **{f"spark/{name}": text for name, text in pod_template_files(spec).items()},
     }
     volcano_flavour = flavour(spec) == "volcano"
     for job in found:

@@ -35,7 +35,7 @@ from gpuspark.train.recipes.registry import (
 from gpuspark.train.recipes.run_dirs import earlier_best
 from gpuspark.train.recipes.summary import TrainSummary
 
-__all__ = ["build_model", "train"]
+__all__ = ["build_model", "dataset_lineage", "train"]
 
 
 def build_model(name: str, cfg: RecipeConfig, num_classes: int) -> Any:
@@ -122,10 +122,17 @@ def _scores(
         net.train()
 
 
-def _evaluator(recipe: Recipe, cfg: RecipeConfig, val: Any, best: dict[str, Any]) -> Any:
-    """Rank 0 scores ``val`` after each epoch and exports the best model so far. A sharded
-    model's forward is collective: then every rank scores the same split and takes part in
-    gathering the full weights of a new best model."""
+def _evaluator(
+    recipe: Recipe,
+    cfg: RecipeConfig,
+    val: Any,
+    best: dict[str, Any],
+    lineage: dict[str, Any] | None = None,
+) -> Any:
+    """Rank 0 scores ``val`` after each epoch and exports the best model so far (with
+    ``lineage``, see :func:`dataset_lineage`). A sharded model's forward is collective: then
+    every rank scores the same split and takes part in gathering the full weights of a new
+    best model."""
     import torch.distributed as dist
 
     def evaluate(model: Any, epoch: int) -> dict[str, Any]:
@@ -142,7 +149,7 @@ def _evaluator(recipe: Recipe, cfg: RecipeConfig, val: Any, best: dict[str, Any]
         better = _agree(score >= best.get("score", -1.0), sharded)
         if better:
             best.update(score=score, epoch=epoch, **out)
-            _export_best(model, recipe, cfg, epoch, out)
+            _export_best(model, recipe, cfg, epoch, out, lineage)
         return out if rank0 else {}
 
     return evaluate
@@ -191,8 +198,27 @@ def _load_model_state(model: Any, state: dict[str, Any]) -> None:
     model.load_state_dict(local)
 
 
+def dataset_lineage(cfg: RecipeConfig, manifest: Any) -> dict[str, Any]:
+    """The training dataset as ``best.pt`` records it (key ``dataset``): its root, provenance
+    and every ``manifest.extra`` entry but the shard layout (``table``, ``files``): for a
+    tabular dataset the columns, statistics, vocabularies and label values, so that batch
+    prediction (:mod:`gpuspark.infer`) encodes its inputs as the prep job did from the
+    checkpoint alone. JSON-like values only (a ``best.pt`` loads with ``weights_only``)."""
+    extra = {k: v for k, v in manifest.extra.items() if k not in ("table", "files")}
+    return {
+        "path": fmt.dataset_root(cfg.dataset.data),
+        "provenance": dict(manifest.provenance),
+        "extra": extra,
+    }
+
+
 def _export_best(
-    model: Any, recipe: Recipe, cfg: RecipeConfig, epoch: int, scores: dict[str, Any]
+    model: Any,
+    recipe: Recipe,
+    cfg: RecipeConfig,
+    epoch: int,
+    scores: dict[str, Any],
+    lineage: dict[str, Any] | None = None,
 ) -> None:
     import torch
     import torch.distributed as dist
@@ -213,6 +239,8 @@ def _export_best(
         "config": asdict(cfg),
         "model": state,
     }
+    if lineage is not None:
+        payload["dataset"] = lineage
     torch.save(payload, tmp)
     tmp.replace(final)
 
@@ -278,7 +306,9 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
         dataset=train_ds,
         scheduler=sched,
         scaler=scaler,
-        evaluate=_evaluator(recipe, cfg, val_ds, best) if val_ds is not None else None,
+        evaluate=_evaluator(recipe, cfg, val_ds, best, dataset_lineage(cfg, manifest))
+        if val_ds is not None
+        else None,
         transform=augment if cfg.dataset.augment and recipe.augments else None,
         config=FitConfig(
             epochs=cfg.optim.epochs,

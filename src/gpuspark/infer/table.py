@@ -1,0 +1,390 @@
+""":func:`predict`: a table (Parquet, or a Spark DataFrame) scored with a ``tabular`` checkpoint
+as a Spark data job, the predictions committed as one Parquet folder.
+
+Before any Spark job: the options, the checkpoint (recipe, network, preprocessing), the
+input's columns against the model's (a local Parquet input's schema is read with pyarrow, a
+DataFrame's is known) and the destination. Then, through the one submit path
+(:func:`gpuspark.cluster.submit.prepare_job`, a data session: the spec's fractional task GPU
+amount), two jobs write into a folder beside the destination: the rows that cannot be scored
+with their reason (``_quarantine/``, no model involved), and the scored rows
+(``mapInArrow``, :mod:`gpuspark.infer.worker`). The folder is renamed into place last
+(:mod:`gpuspark.infer.output`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuspark import storage
+from gpuspark.cluster.session import JobKind, job_session
+from gpuspark.cluster.submit import prepare_job
+from gpuspark.data.prep.progress import Progress, Watcher, announce
+from gpuspark.errors import GpusparkError
+from gpuspark.infer.features import (
+    REASON_COL,
+    InputPlan,
+    arrow_kinds,
+    column,
+    encoded_frame,
+    plan_input,
+    spark_kinds,
+)
+from gpuspark.infer.model import LoadedModel, TabularServing, category_key, load_model
+from gpuspark.infer.output import QUARANTINE_DIR, check_destination, staged_output, write_marker
+from gpuspark.infer.worker import ScoreTask, WorkerStatsParam, score_function
+
+__all__ = ["DEFAULT_BATCH_SIZE", "PredictResult", "predict"]
+
+DEFAULT_BATCH_SIZE = 4096
+_ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+_SLUG = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+@dataclass
+class PredictResult:
+    """What :func:`predict` wrote and how it went."""
+
+    output: str
+    quarantine: str
+    """The quarantine table (a Parquet folder inside ``output``, skipped by readers)."""
+    model: str
+    source: str
+    rows: int
+    """Rows scored (in the predictions)."""
+    quarantined: int
+    by_reason: dict[str, int]
+    columns: list[str]
+    seconds: float
+    """The whole call, the session's start included."""
+    predict_s: float
+    """The scoring job."""
+    rows_per_s: float
+    """``rows`` / ``predict_s``."""
+    batch_size: int
+    tasks: int
+    batches: int
+    workers: int
+    """Python workers that ran scoring tasks."""
+    model_loads: int
+    """Checkpoint loads in those workers (a reused worker from an earlier job may load none)."""
+    max_loads_per_worker: int
+    devices: dict[str, int] = field(default_factory=dict)
+    """Rows scored per device (``cpu``, ``cuda:0``, ...)."""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def loads_per_worker(self) -> float:
+        """Mean checkpoint loads per Python worker."""
+        return self.model_loads / self.workers if self.workers else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-data view (for ``--json``)."""
+        return {**asdict(self), "loads_per_worker": round(self.loads_per_worker, 3)}
+
+
+def predict(
+    source: Any,
+    model: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    id: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    partitions: int | None = None,
+    overwrite: bool = False,
+    spark: Any = None,
+    master: str | None = None,
+    spec: Any = None,
+    team: str | None = None,
+    progress: Progress | None = None,
+) -> PredictResult:
+    """Score ``source`` (a Parquet file or folder, any URL Spark reads, or a DataFrame) with
+    the ``tabular`` checkpoint ``model`` (a ``best.pt``, or the run folder holding it) and
+    write the predictions to the folder ``dst``: the kept columns (``id``, else every column
+    that is not a feature), ``prob_<class>`` per class and ``prediction``.
+
+    Rows are encoded as the training dataset's prep job encoded them (from the checkpoint);
+    a row with a NaN, infinite or out-of-range number, or text that is not a number, goes to
+    the quarantine table with its reason. ``batch_size``: rows per model call (and per Arrow
+    batch); ``partitions``: repartition the input first (more tasks than files). An existing
+    ``dst`` needs ``overwrite`` (and must be earlier predictions).
+    """
+    t0 = time.monotonic()
+    _check_options(id, batch_size, partitions)
+    loaded = load_model(model)
+    frame, src = _source(source)
+    if frame is not None:
+        plan_input(spark_kinds(frame.schema), loaded.serving, loaded.path, src, id)
+    elif not storage.is_url(src):
+        plan_input(arrow_kinds(_parquet_schema(src)), loaded.serving, loaded.path, src, id)
+    root = check_destination(dst, overwrite, None if frame is not None else src)
+    job = prepare_job(
+        JobKind.DATA,
+        spec=spec,
+        master=master,
+        team=team,
+        app_name="gpuspark-predict",
+        writes=[str(root)],
+    )
+    announce(progress)
+    session_of = spark if spark is not None else getattr(frame, "sparkSession", None)
+    with job.discard_on_error(), job_session(spark=session_of, **job.session_args()) as session:
+        df = frame if frame is not None else _read(session, src)
+        plan = plan_input(spark_kinds(df.schema), loaded.serving, loaded.path, src, id)
+        with staged_output(root, overwrite) as tmp:
+            run = _Run(session, loaded, plan, tmp, batch_size, progress)
+            result = run.execute(df if not partitions else df.repartition(partitions))
+            result = _finish(result, root, src, t0)
+            write_marker(tmp, {"model": loaded.path, "source": src, "rows": result.rows})
+    return result
+
+
+def _check_options(id: str | None, batch_size: int, partitions: int | None) -> None:
+    if id is not None and (not isinstance(id, str) or not id):
+        raise GpusparkError(f"id must be a column name, got {id!r}", remedy="pass --id COL")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise GpusparkError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
+        raise GpusparkError(f"partitions must be a positive integer, got {partitions!r}")
+
+
+def _source(source: Any) -> tuple[Any, str]:
+    """``(DataFrame, description)`` for a DataFrame, ``(None, path)`` for a path."""
+    if isinstance(source, str | os.PathLike):
+        text = os.fspath(source)
+        if not text:
+            raise GpusparkError("the input path is empty", remedy="pass a Parquet file or folder")
+        if storage.is_url(text):
+            return None, text
+        p = Path(storage.local_path(text)).expanduser()
+        if not p.exists():
+            raise GpusparkError(
+                f"input {text} does not exist", remedy="pass a Parquet file or folder"
+            )
+        return None, str(p.absolute())
+    if not hasattr(source, "schema") or not hasattr(source, "mapInArrow"):
+        raise GpusparkError(
+            f"the input must be a Parquet path or a Spark DataFrame, got {type(source).__name__}",
+            remedy="pass a path or a DataFrame",
+        )
+    return source, "the DataFrame"
+
+
+def _parquet_schema(path: str) -> Any:
+    """The schema Spark will read (pyarrow's view of the files; hive partition folders as
+    columns); a one-line error when the path holds no readable Parquet."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    remedy = "pass a Parquet file or a folder of Parquet files"
+    try:
+        found = ds.dataset(path, format="parquet", partitioning="hive")
+        files = found.files
+        schema = found.schema
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise GpusparkError(
+            f"input {path} cannot be read as Parquet: {first}", remedy=remedy
+        ) from None
+    if not files:
+        raise GpusparkError(f"input {path} holds no Parquet files", remedy=remedy)
+    return schema
+
+
+def _read(spark: Any, src: str) -> Any:
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.read.parquet(src)
+    except AnalysisException as exc:
+        first = str(exc).strip().splitlines()[0][:300]
+        raise GpusparkError(
+            f"input {src} cannot be read as Parquet: {first}",
+            remedy="pass a Parquet file or a folder of Parquet files",
+        ) from exc
+
+
+# -------------------------------------------------------------------------------- the jobs
+
+
+class _Run:
+    """The two Spark jobs of one call, writing into the staging folder ``tmp``."""
+
+    def __init__(
+        self,
+        spark: Any,
+        loaded: LoadedModel,
+        plan: InputPlan,
+        tmp: Path,
+        batch_size: int,
+        progress: Progress | None,
+    ) -> None:
+        self.spark, self.loaded, self.plan, self.tmp = spark, loaded, plan, tmp
+        self.batch_size, self.progress = batch_size, progress
+
+    def execute(self, df: Any) -> PredictResult:
+        from pyspark.sql import functions as F
+
+        sc = self.spark.sparkContext
+        counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
+        stats = sc.accumulator({}, WorkerStatsParam())
+        model_bytes = sc.broadcast(self.loaded.data)
+        encoded = encoded_frame(df, self.loaded.serving, self.plan.keep)
+        keep = [column(c) for c in self.plan.keep]
+        try:
+            with Watcher(self.spark, self.progress, counters, phase="predict") as watch:
+                t_predict = time.monotonic()
+                scored = self._scored(encoded, model_bytes, counters["rows"], stats)
+                with _arrow_batches(self.spark, self.batch_size):
+                    scored.write.mode("append").parquet(str(self.tmp))
+                predict_s = time.monotonic() - t_predict
+                watch.phase = "quarantine"
+                bad = encoded.filter(F.col(REASON_COL).isNotNull())
+                bad.select(*keep, F.col(REASON_COL).alias("reason")).write.parquet(
+                    str(self.tmp / QUARANTINE_DIR)
+                )
+                by_reason = _by_reason(self.tmp / QUARANTINE_DIR)
+                counters["quarantined"].add(sum(by_reason.values()))
+        finally:
+            model_bytes.destroy()
+        workers = dict(stats.value)
+        return PredictResult(
+            output=str(self.tmp),
+            quarantine=str(self.tmp / QUARANTINE_DIR),
+            model=self.loaded.path,
+            source="",
+            rows=_rows(self.tmp),
+            quarantined=sum(by_reason.values()),
+            by_reason=by_reason,
+            columns=[*self.plan.keep, *self._probs(), "prediction"],
+            seconds=0.0,
+            predict_s=round(predict_s, 3),
+            rows_per_s=0.0,
+            batch_size=self.batch_size,
+            tasks=sum(w["tasks"] for w in workers.values()),
+            batches=sum(w["batches"] for w in workers.values()),
+            workers=len(workers),
+            model_loads=sum(w["loads"] for w in workers.values()),
+            max_loads_per_worker=max((w["loads"] for w in workers.values()), default=0),
+            devices=_devices(workers),
+            timings=dict(watch.timings),
+        )
+
+    def _scored(self, encoded: Any, model_bytes: Any, rows_acc: Any, stats: Any) -> Any:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import DoubleType, StructField, StructType
+
+        serving = self.loaded.serving
+        probs = self._probs()
+        ptype, values = _prediction_type(serving)
+        fields = [encoded.schema[c] for c in self.plan.keep]
+        fields += [StructField(p, DoubleType()) for p in probs]
+        fields.append(StructField("prediction", _spark_type(ptype)))
+        task = ScoreTask(
+            key=(self.loaded.path, self.loaded.mtime_ns),
+            keep=self.plan.keep,
+            probs=probs,
+            label_values=values,
+            prediction_type=ptype,
+            batch_size=self.batch_size,
+            numeric=len(serving.numeric),
+            categorical=len(serving.categorical),
+        )
+        ok = encoded.filter(F.col(REASON_COL).isNull()).drop(REASON_COL)
+        fn = score_function(task, model_bytes, rows_acc, stats)
+        return ok.mapInArrow(fn, StructType(fields))
+
+    def _probs(self) -> tuple[str, ...]:
+        return prob_columns(self.loaded.serving, self.plan.keep)
+
+
+def prob_columns(serving: TabularServing, keep: tuple[str, ...]) -> tuple[str, ...]:
+    """``prob_<class>`` per label value (``prob_<index>`` when the values do not make
+    distinct names); a clash with a kept column is a one-line error."""
+    names = tuple(f"prob_{_SLUG.sub('_', category_key(v))}" for v in serving.label_values)
+    if len(set(names)) < len(names):
+        names = tuple(f"prob_{k}" for k in range(len(names)))
+    clash = [n for n in (*names, "prediction") if n in keep]
+    if clash:
+        raise GpusparkError(
+            f"the input has a column {clash[0]!r}, which the predictions add",
+            remedy="rename it, or keep only an id column with --id COL",
+        )
+    return names
+
+
+def _prediction_type(serving: TabularServing) -> tuple[str, tuple[Any, ...]]:
+    """The pyarrow type of ``prediction`` and the label values in it."""
+    values = serving.label_values
+    if all(isinstance(v, bool) for v in values):
+        return "bool", tuple(values)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return "int64", tuple(values)
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return "float64", tuple(float(v) for v in values)
+    return "string", tuple(category_key(v) for v in values)
+
+
+def _spark_type(name: str) -> Any:
+    """The Spark type of the pyarrow type ``name`` of :func:`_prediction_type`."""
+    from pyspark.sql import types as T
+
+    kinds = {"bool": T.BooleanType, "int64": T.LongType, "float64": T.DoubleType}
+    return kinds.get(name, T.StringType)()
+
+
+@contextmanager
+def _arrow_batches(spark: Any, rows: int) -> Iterator[None]:
+    """Arrow batches of at most ``rows`` rows into the tasks, for this job only."""
+    old = spark.conf.get(_ARROW_BATCH)
+    spark.conf.set(_ARROW_BATCH, str(rows))
+    try:
+        yield
+    finally:
+        spark.conf.set(_ARROW_BATCH, old)
+
+
+def _parquet_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
+
+
+def _rows(folder: Path) -> int:
+    """Rows of the Parquet part files in ``folder`` (from their footers)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in _parquet_files(folder))
+
+
+def _by_reason(folder: Path) -> dict[str, int]:
+    """Quarantined rows per reason (``column NAME: what``, the value left out), most first."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, int] = {}
+    for p in _parquet_files(folder):
+        for reason in pq.read_table(p, columns=["reason"]).column("reason").to_pylist():
+            key = ": ".join(str(reason).split(": ")[:2])
+            out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _devices(workers: dict[str, dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for w in workers.values():
+        out[str(w.get("device"))] = out.get(str(w.get("device")), 0) + int(w["rows"])
+    return out
+
+
+def _finish(result: PredictResult, root: Path, src: str, t0: float) -> PredictResult:
+    """The result as the committed folder will show it."""
+    result.output = str(root)
+    result.quarantine = str(root / QUARANTINE_DIR)
+    result.source = src
+    result.seconds = round(time.monotonic() - t0, 3)
+    result.rows_per_s = round(result.rows / result.predict_s, 1) if result.predict_s else 0.0
+    return result

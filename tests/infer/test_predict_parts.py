@@ -1,0 +1,162 @@
+"""The parts of ``gpuspark.infer`` that need no Spark: the destination's commit (a failed run
+leaves the old predictions), the per-worker model cache, the input's column checks and the
+names of the output columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuspark.errors import DatasetExistsError, GpusparkError, RecipeError
+from gpuspark.infer import MARKER, TabularServing, load_model
+from gpuspark.infer.features import CATEGORY, NUMBER, OTHER, TEXT, plan_input
+from gpuspark.infer.output import check_destination, staged_output, write_marker
+from gpuspark.infer.table import prob_columns
+from gpuspark.infer.worker import cached_network, load_count
+
+SERVING = TabularServing(
+    numeric=("income", "age"),
+    categorical=("region",),
+    vocab=(("north", "south"),),
+    label_values=(0, 1),
+    label="default",
+    id="customer_id",
+)
+
+
+def _predictions(root: Path, text: str) -> None:
+    with staged_output(check_destination(root, True, None), True) as tmp:
+        (tmp / "part-0.parquet").write_text(text)
+        write_marker(tmp, {"rows": 1})
+
+
+def test_commit_replaces_earlier_predictions_and_a_failure_keeps_them(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    _predictions(root, "old")
+    assert (root / "part-0.parquet").read_text() == "old" and (root / MARKER).is_file()
+    with pytest.raises(RuntimeError), staged_output(root, True) as tmp:
+        (tmp / "part-0.parquet").write_text("half")
+        raise RuntimeError("the Spark job failed")
+    assert (root / "part-0.parquet").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left
+    _predictions(root, "new")
+    assert (root / "part-0.parquet").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_destination_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "out"
+    _predictions(root, "old")
+    with pytest.raises(DatasetExistsError, match="--overwrite"):
+        check_destination(root, False, None)
+    (root / "notes.txt").write_text("mine")
+    with pytest.raises(DatasetExistsError, match=r"did not write \(notes.txt\)"):
+        check_destination(root, True, None)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(GpusparkError, match="is a file"):
+        check_destination(tmp_path / "file", True, None)
+    with pytest.raises(GpusparkError, match="overlaps the input"):
+        check_destination(tmp_path / "src" / "out", False, str(tmp_path / "src"))
+    with pytest.raises(GpusparkError, match="remote URL"):
+        check_destination("s3://bucket/out", False, None)
+    monkeypatch.chdir(root)
+    (root / "notes.txt").unlink()
+    with pytest.raises(DatasetExistsError, match="current directory"):
+        check_destination(root, True, None)
+
+
+def _best_pt(tmp_path: Path) -> Path:
+    """A ``best.pt`` as ``train tabular`` writes it, of a small untrained network."""
+    import torch
+
+    from gpuspark.train.recipes.tabular_model import TabularNet
+
+    net = TabularNet([10.0, 40.0], [2.0, 12.0], [2], 2, hidden=8, layers=1)
+    tab = {
+        "label": "default",
+        "id": "customer_id",
+        "classes": 2,
+        "label_values": [0, 1],
+        "numeric": ["income", "age"],
+        "categorical": ["region"],
+        "stats": {"numeric": {}, "categorical": {"region": {"vocab": ["north", "south"]}}},
+    }
+    payload = {
+        "recipe": "tabular",
+        "epoch": 0,
+        "score": 0.5,
+        "scores": {},
+        "config": {"dataset": {"data": str(tmp_path / "gone")}},
+        "model": net.state_dict(),
+        "dataset": {"path": str(tmp_path / "gone"), "provenance": {}, "extra": {"tabular": tab}},
+    }
+    torch.save(payload, tmp_path / "best.pt")
+    return tmp_path / "best.pt"
+
+
+def test_checkpoint_alone_gives_the_encoding_and_the_network(tmp_path: Path) -> None:
+    import torch
+
+    best = _best_pt(tmp_path)
+    loaded = load_model(tmp_path)  # the run folder holding best.pt
+    assert loaded.serving == TabularServing(
+        ("income", "age"), ("region",), (("north", "south"),), (0, 1), "default",
+        "customer_id", str(tmp_path / "gone"),
+    )  # fmt: skip
+    assert (loaded.hidden, loaded.layers, loaded.path) == (8, 1, str(best))
+    before = load_count()
+    key = (loaded.path, loaded.mtime_ns)
+    reads: list[int] = []
+
+    def read() -> bytes:
+        reads.append(1)
+        return loaded.data
+
+    net, fresh = cached_network(key, read, torch.device("cpu"))
+    again, cached = cached_network(key, read, torch.device("cpu"))
+    assert fresh and not cached and again is net and len(reads) == 1
+    assert load_count() == before + 1
+    x = torch.tensor([[10.0, float("nan"), 2.0]])
+    assert net(x).shape == (1, 2) and not net.training
+
+
+def test_input_columns_are_checked_against_the_model() -> None:
+    kinds = {"customer_id": TEXT, "income": NUMBER, "age": CATEGORY, "region": TEXT}
+    plan = plan_input(kinds, SERVING, "best.pt", "in.parquet", None)
+    assert plan.keep == ("customer_id",)
+    assert plan_input({**kinds, "x": NUMBER}, SERVING, "m", "s", "x").keep == ("x",)
+    with pytest.raises(RecipeError, match=r"lacks 1 feature column\(s\) of model m: age"):
+        plan_input({k: v for k, v in kinds.items() if k != "age"}, SERVING, "m", "s", None)
+    with pytest.raises(RecipeError, match=r"categorical feature 'region'.*neither text"):
+        plan_input({**kinds, "region": NUMBER}, SERVING, "m", "s", None)
+    with pytest.raises(RecipeError, match=r"numeric feature 'income'.*not a number"):
+        plan_input({**kinds, "income": OTHER}, SERVING, "m", "s", None)
+    with pytest.raises(GpusparkError, match=r"--id column 'custmer_id'.*customer_id"):
+        plan_input(kinds, SERVING, "m", "s", "custmer_id")
+
+
+def test_probability_columns_are_named_by_class() -> None:
+    assert prob_columns(SERVING, ("id",)) == ("prob_0", "prob_1")
+    texts = TabularServing((), (), (), ("low risk", "high.risk", True))
+    assert prob_columns(texts, ()) == ("prob_low_risk", "prob_high_risk", "prob_true")
+    clashing = TabularServing((), (), (), ("a b", "a.b"))
+    assert prob_columns(clashing, ()) == ("prob_0", "prob_1")
+    with pytest.raises(GpusparkError, match="column 'prediction'"):
+        prob_columns(SERVING, ("prediction",))
+
+
+def test_bad_options_are_refused_before_any_work(tmp_path: Path) -> None:
+    from gpuspark.infer import predict
+
+    best = _best_pt(tmp_path)
+    kw: dict[str, Any] = {"spark": None}
+    with pytest.raises(GpusparkError, match="batch_size must be a positive integer"):
+        predict(tmp_path / "in", best, tmp_path / "out", batch_size=0, **kw)
+    with pytest.raises(GpusparkError, match=r"input .* does not exist"):
+        predict(tmp_path / "in", best, tmp_path / "out", **kw)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.parquet").write_bytes(b"not parquet")
+    with pytest.raises(GpusparkError, match="cannot be read as Parquet"):
+        predict(tmp_path / "in", best, tmp_path / "out", **kw)
