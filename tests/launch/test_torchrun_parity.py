@@ -226,6 +226,7 @@ def test_ddp_tutorial_runs_unchanged_on_spark(
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # ~25-60 s; the local tests above cover --nproc-per-node and --log-dir
 def test_two_nodes_of_two_ranks_on_spark_with_a_log_dir(
     on_shared_cluster: Any, env_script: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
