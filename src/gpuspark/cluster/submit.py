@@ -169,6 +169,8 @@ def prepare_job(
     paths = [os.fspath(path) for path in writes if path is not None]
     check_writes(spec_obj, found, paths)
     conf = team_conf(spec_obj, name, master, state_dir=state_dir)
+    backend = backend_for(master or spec_obj.spark.master)
+    conf.update(backend.job_conf(spec_obj, JobKind(kind), gpus))
     created = _make_dirs(spec_obj, found, paths)
     return JobContext(
         spec=spec_obj,

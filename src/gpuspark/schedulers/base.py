@@ -191,6 +191,11 @@ class Backend(ABC):
         """Refuse, before Spark starts, a process environment the master cannot work in."""
         return None
 
+    def job_conf(self, spec: ClusterSpec, kind: str, gpus: float | None) -> dict[str, str]:
+        """Settings of one job of ``kind`` holding ``gpus`` GPUs (``None``: not known), for
+        backends that request executors per application (Kubernetes: how many)."""
+        return {}
+
     def executor_python(self) -> str | None:
         """The Python executors run when the spec and the caller name none
         (``spark.pyspark.python``); ``None``: the driver's own interpreter (same machine or

@@ -394,3 +394,22 @@ def test_cluster_mode_spark_submit_with_the_rendered_files(
     assert _applied(k8s_standin, "configmaps")  # the driver's conf and pod templates
     created = {r.path for r in k8s_standin.requests if r.method == "POST"}
     assert "/api/v1/namespaces/vision/pods" in created
+
+
+def test_a_training_job_asks_for_the_executors_its_gpus_fill(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuspark.cluster.submit import prepare_job
+
+    monkeypatch.setattr("getpass.getuser", lambda: "carol")  # a member of vision
+
+    spec = make_spec()  # 2 GPUs per executor; vision may hold 4
+    job = prepare_job("training", spec=spec, master=MASTER, team="vision", gpus=4)
+    assert job.conf["spark.executor.instances"] == "2"
+    job = prepare_job("training", spec=spec, master=MASTER, team="vision", gpus=3)
+    assert job.conf["spark.executor.instances"] == "2"  # 3 ranks of 1 GPU: 2 executors
+    data = prepare_job("data", spec=spec, master=MASTER, team="vision", gpus=4)
+    assert "spark.executor.instances" not in data.conf  # dynamic allocation sizes data jobs
+    fixed = make_spec(conf={"spark.executor.instances": "1"})
+    job = prepare_job("training", spec=fixed, master=MASTER, team="vision", gpus=4)
+    assert "spark.executor.instances" not in job.conf  # the spec's own count stands

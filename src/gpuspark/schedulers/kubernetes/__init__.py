@@ -10,6 +10,7 @@ queue."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from gpuspark.schedulers.base import Backend, Embedded, Reason, Target, TeamUsage, queue_usage
@@ -86,6 +87,13 @@ class KubernetesBackend(Backend):
 
     def executor_python(self) -> str | None:
         return IMAGE_PYTHON
+
+    def job_conf(self, spec: ClusterSpec, kind: str, gpus: float | None) -> dict[str, str]:
+        # A training job is one barrier stage whose tasks must all run at once: ask for the
+        # executors its GPUs fill (Spark's default is 2), unless the spec says how many.
+        if kind != "training" or not gpus or "spark.executor.instances" in spec.spark.conf:
+            return {}
+        return {"spark.executor.instances": str(math.ceil(gpus / spec.spark.executor_gpus))}
 
     def check_session(self, master: str, conf: dict[str, str]) -> None:
         check_image(conf)
