@@ -87,6 +87,7 @@ def test_the_job_base_takes_a_source(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # ~27 s; prep dicom runs the same body on Spark by default (test_prep.py)
 def test_a_toy_source_runs_through_the_grouped_body(spark: Any, tmp_path: Path) -> None:
     src = _notes(tmp_path / "notes")
     source = _notes_source(src)

@@ -23,7 +23,9 @@ import pytest
 from gpuspark.errors import CheckpointError, DatasetExistsError, RecipeError
 from gpuspark.infer import MARKER, QUARANTINE_DIR, load_model, predict
 
-pytestmark = pytest.mark.spark
+# ~60 s of set-up (synthetic table, prep, a 1-epoch training) before the first prediction: an
+# end-to-end path, so `make test-all`; tests/infer/test_predict_parts.py runs by default.
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROWS = 2000
 SESSION = {

@@ -211,7 +211,21 @@ def on_shared_cluster(spark: Any, local_cluster: Any, monkeypatch: pytest.Monkey
     return spark
 
 
+def test_ddp_tutorial_runs_unchanged_locally(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The tutorial script, as written for torchrun, arguments after it: two local ranks."""
+    monkeypatch.chdir(ROOT)
+    args = ["launch", "--local", "-n", "2", "--gpus-per-process", "0", "--metrics-port", "0"]
+    assert main([*args, TUTORIAL, "--steps", "3"]) == 0
+    out = capfd.readouterr().out
+    for rank in (0, 1):
+        assert f"rank {rank}/2 (local {rank}) step 2 loss " in out, out
+        assert f"rank {rank}/2 done: weights agree True" in out, out
+
+
 @pytest.mark.spark
+@pytest.mark.slow  # ~25 s: the same script on two barrier tasks; locally above by default
 def test_ddp_tutorial_runs_unchanged_on_spark(
     on_shared_cluster: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
