@@ -226,6 +226,8 @@ def _both(cfg: RecipeConfig) -> dict[str, Any]:
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # ~25 s: tests/train/test_fsdp.py holds FSDP to DDP by default, and
+# test_cli_train_bert_fsdp_local trains this recipe with FSDP
 def test_fsdp_matches_ddp_halves_parameters_and_loss_falls(
     tokens: str, tmp_path: Path, spark: Any
 ) -> None:
