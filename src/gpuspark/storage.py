@@ -10,10 +10,14 @@ one is met. Nothing else in gpuspark decides what is local.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import secrets
+import shutil
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from gpuspark.errors import GpusparkError
@@ -26,13 +30,19 @@ __all__ = [
     "exists",
     "file_size",
     "filesystem",
+    "folder_files",
+    "foreign_files",
+    "holds_cwd",
     "is_url",
     "is_within",
     "join",
     "list_dir",
     "local_path",
     "location",
+    "new_dir_beside",
     "open_file",
+    "swap_into_place",
+    "write_file_list",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -266,3 +276,75 @@ def directory_problem(path: PathLike) -> DirectoryProblem | None:
             "choose a path you can write to, or check the permissions",
         )
     return None
+
+
+# -- folders a gpuspark command writes whole ------------------------------------------------
+# Written beside the destination, listed in a marker file, renamed into place; replaced only
+# when the marker lists every file in it (a folder of the user's is never emptied).
+_SHOWN = 3
+
+
+def new_dir_beside(dst: Path) -> Path:
+    """A new empty folder beside ``dst`` to write into (mode from the umask)."""
+    # Not tempfile.mkdtemp: its 0700 would become the mode of the committed folder.
+    while True:
+        tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            tmp.mkdir(0o777)
+        except FileExistsError:
+            continue
+        return tmp
+
+
+def folder_files(root: Path) -> list[str]:
+    """Every file and link under ``root`` (links to folders included, not followed)."""
+    found = []
+    for here, dirs, files in os.walk(root):
+        rel = Path(here).relative_to(root)
+        links = [d for d in dirs if os.path.islink(os.path.join(here, d))]
+        found += [(rel / name).as_posix() for name in [*files, *links]]
+    return found
+
+
+def write_file_list(folder: Path, marker: str, payload: dict[str, Any]) -> None:
+    """``folder/marker``: ``payload`` and every file of ``folder`` (write it last)."""
+    files = sorted(folder_files(folder))
+    text = json.dumps({**payload, "files": files}, indent=2, default=str)
+    atomic_write_text(folder / marker, text + "\n")
+
+
+def foreign_files(dst: Path, marker: str, writer: str) -> str | None:
+    """Why ``dst`` is not wholly ``writer``'s output (no readable ``marker``, or files it
+    does not list), or ``None`` when it is."""
+    present = [f for f in folder_files(dst) if f != marker]
+    try:
+        listed = set(json.loads((dst / marker).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        shown = ", ".join(sorted(present)[:_SHOWN]) or "folders only"
+        return f"was not written by {writer} (no readable {marker}; it holds {shown})"
+    extra = sorted(f for f in present if f not in listed)
+    if extra:
+        more = f" and {len(extra) - _SHOWN} more" if len(extra) > _SHOWN else ""
+        return f"holds files {writer} did not write ({', '.join(extra[:_SHOWN])}{more})"
+    return None
+
+
+def holds_cwd(dst: Path) -> bool:
+    """Whether ``dst`` is the current directory or holds it."""
+    try:
+        here = Path.cwd().resolve()
+    except OSError:
+        return False
+    there = dst.resolve()
+    return here == there or there in here.parents
+
+
+def swap_into_place(tmp: Path, dst: Path) -> None:
+    """Rename ``tmp`` to ``dst``; an old ``dst`` is moved aside first and removed after."""
+    old = None
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        os.replace(dst, old)
+    os.replace(tmp, dst)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

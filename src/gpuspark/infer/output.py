@@ -11,9 +11,7 @@ the old predictions as they were. (The same rule as ``gpuspark datasets``' gener
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +25,6 @@ __all__ = ["MARKER", "QUARANTINE_DIR", "check_destination", "staged_output", "wr
 
 MARKER = "_gpuspark-predict.json"
 QUARANTINE_DIR = "_quarantine"
-_SHOWN = 3
 
 
 def check_destination(dst: str | os.PathLike[str], overwrite: bool, source: str | None) -> Path:
@@ -69,12 +66,12 @@ def _check_replaceable(root: Path, overwrite: bool) -> None:
             remedy="choose another destination, or pass --overwrite (overwrite=True) to "
             "replace earlier predictions",
         )
-    if _holds_cwd(root):
+    if storage.holds_cwd(root):
         raise DatasetExistsError(
             f"{root} is the current directory or holds it; --overwrite does not replace it",
             remedy="choose a new destination, e.g. a subfolder",
         )
-    problem = _foreign_files(root)
+    problem = storage.foreign_files(root, MARKER, "gpuspark predict")
     if problem:
         raise DatasetExistsError(
             f"{root} {problem}; --overwrite replaces only a folder gpuspark predict wrote, "
@@ -89,7 +86,7 @@ def staged_output(root: Path, overwrite: bool) -> Iterator[Path]:
     (with :data:`MARKER`: the caller's :func:`write_marker`, else one without a summary);
     when the block fails it is removed and ``root`` stays as it was."""
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _new_dir(root)
+    tmp = storage.new_dir_beside(root)
     try:
         yield tmp
         _commit(tmp, root, overwrite)
@@ -98,22 +95,9 @@ def staged_output(root: Path, overwrite: bool) -> Iterator[Path]:
         raise
 
 
-def _new_dir(root: Path) -> Path:
-    # Not tempfile.mkdtemp: its 0700 would become the mode of the committed folder.
-    while True:
-        tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            tmp.mkdir(0o777)
-        except FileExistsError:
-            continue
-        return tmp
-
-
 def write_marker(folder: Path, summary: dict[str, Any]) -> None:
     """:data:`MARKER`: ``summary`` and every file of ``folder`` (written last)."""
-    files = sorted(_relative_files(folder))
-    text = json.dumps({"command": "predict", **summary, "files": files}, indent=2, default=str)
-    storage.atomic_write_text(folder / MARKER, text + "\n")
+    storage.write_file_list(folder, MARKER, {"command": "predict", **summary})
 
 
 def _commit(tmp: Path, root: Path, overwrite: bool) -> None:
@@ -122,43 +106,4 @@ def _commit(tmp: Path, root: Path, overwrite: bool) -> None:
     if not (tmp / MARKER).is_file():
         write_marker(tmp, {})
     _check_replaceable(root, overwrite)
-    old = None
-    if root.exists():
-        old = root.with_name(f".{root.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
-        os.replace(root, old)
-    os.replace(tmp, root)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _relative_files(root: Path) -> list[str]:
-    found = []
-    for here, dirs, files in os.walk(root):
-        rel = Path(here).relative_to(root)
-        links = [d for d in dirs if os.path.islink(os.path.join(here, d))]
-        found += [(rel / name).as_posix() for name in [*files, *links]]
-    return found
-
-
-def _foreign_files(root: Path) -> str | None:
-    """Why ``root`` is not wholly a predictions folder, or ``None`` when it is."""
-    present = [f for f in _relative_files(root) if f != MARKER]
-    try:
-        listed = set(json.loads((root / MARKER).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
-        shown = ", ".join(sorted(present)[:_SHOWN]) or "folders only"
-        return f"was not written by gpuspark predict (no readable {MARKER}; it holds {shown})"
-    extra = sorted(f for f in present if f not in listed)
-    if extra:
-        more = f" and {len(extra) - _SHOWN} more" if len(extra) > _SHOWN else ""
-        return f"holds files gpuspark predict did not write ({', '.join(extra[:_SHOWN])}{more})"
-    return None
-
-
-def _holds_cwd(root: Path) -> bool:
-    try:
-        here = Path.cwd().resolve()
-    except OSError:
-        return False
-    there = root.resolve()
-    return here == there or there in here.parents
+    storage.swap_into_place(tmp, root)
