@@ -236,6 +236,11 @@ LAZY_IMPORTS: list[tuple[str, str, str]] = [
     ),
     ("gpuspark.train.ddp", "gpuspark.train", "cycle: fsdp imports ddp; prepare dispatches to fsdp"),
     (
+        "gpuspark.train.recipes.config",
+        "gpuspark.train.fsdp",
+        "start-up: `gpuspark` makes train's flags from this module; fsdp imports ddp and urllib",
+    ),
+    (
         "gpuspark.train.recipes.bert",
         "gpuspark.train.recipes.bert_model",
         "heavy: the model module imports torch at module level",

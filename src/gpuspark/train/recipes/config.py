@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspark.errors import RecipeError
-from gpuspark.train.fsdp import check_strategy
 from gpuspark.train.recipes.options import BERT_SIZE_NAMES, BUILTIN_OPTIONS, RESNET_DEPTHS, option
 from gpuspark.train.recipes.registry import get_recipe, recipe_names
 
@@ -127,6 +126,8 @@ class ParallelConfig:
     """torch intra-op threads per rank (``None``: torch's default)."""
 
     def __post_init__(self) -> None:
+        from gpuspark.train.fsdp import check_strategy  # see tests/test_layout.py
+
         check_strategy(self.strategy, self.compression)
 
 
