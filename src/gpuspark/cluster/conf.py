@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 
 from gpuspark.cluster.security import security_conf
 from gpuspark.schedulers import backend_for
@@ -27,6 +28,7 @@ __all__ = [
     "spark_conf",
     "spark_defaults",
     "write_rendered",
+    "write_rendered_tree",
 ]
 
 DISCOVERY_SCRIPT = "getGpusResources.sh"
@@ -226,4 +228,17 @@ def write_rendered(
             Path(tmp).unlink(missing_ok=True)
             raise
         written.append(target)
+    return written
+
+
+def write_rendered_tree(files: Mapping[str, str], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """:func:`write_rendered` of ``files`` whose names are ``/``-separated relative paths:
+    each file in its folder under ``out_dir``, atomically."""
+    by_folder: dict[str, dict[str, str]] = {}
+    for name, content in files.items():
+        rel = PurePosixPath(name)
+        by_folder.setdefault(str(rel.parent), {})[rel.name] = content
+    written: list[Path] = []
+    for folder, group in by_folder.items():
+        written += write_rendered(group, Path(out_dir) / folder)
     return written

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuspark.cluster.conf import write_rendered
+from gpuspark.cluster.conf import write_rendered_tree
 from gpuspark.monitor.alertmanager import alertmanager_yml
 from gpuspark.monitor.dashboards import render_dashboards
 from gpuspark.monitor.prometheus import prometheus_yml
@@ -69,15 +69,7 @@ def render_monitoring(
 
 def write_monitoring(files: Mapping[str, str], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write ``files`` (relative path -> content) under ``out_dir``, each atomically."""
-
-    by_folder: dict[str, dict[str, str]] = {}
-    for name, content in files.items():
-        rel = PurePosixPath(name)
-        by_folder.setdefault(str(rel.parent), {})[rel.name] = content
-    written: list[Path] = []
-    for folder, group in by_folder.items():
-        written += write_rendered(group, Path(out_dir) / folder)
-    return written
+    return write_rendered_tree(files, out_dir)
 
 
 def check_commands(out_dir: str | os.PathLike[str]) -> list[str]:

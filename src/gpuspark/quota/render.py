@@ -10,10 +10,10 @@ objects (:mod:`gpuspark.monitor.k8s`)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.cluster.conf import driver_metrics_conf, spark_conf, write_rendered
+from gpuspark.cluster.conf import driver_metrics_conf, spark_conf, write_rendered_tree
 from gpuspark.monitor.k8s import k8s_manifests
 from gpuspark.schedulers import backend_for_renderer, renderers
 from gpuspark.schedulers.kubernetes.render import K8S_RENDERER, job_namespaces
@@ -91,12 +91,4 @@ def render_k8s(
 def write_quota(files: dict[str, str], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write ``files`` (relative paths, ``/``-separated) under ``out_dir``, each atomically
     (temp file + rename)."""
-
-    by_folder: dict[str, dict[str, str]] = {}
-    for name, content in files.items():
-        rel = PurePosixPath(name)
-        by_folder.setdefault(str(rel.parent), {})[rel.name] = content
-    written: list[Path] = []
-    for folder, group in by_folder.items():
-        written += write_rendered(group, Path(out_dir) / folder)
-    return written
+    return write_rendered_tree(files, out_dir)
