@@ -127,6 +127,16 @@ def paths(standin: StandIn) -> list[str]:
 # --------------------------------------------------------------------------- credentials
 
 
+def cert_kubeconfig(tmp_path: Path, standin: StandIn) -> Path:
+    """A kubeconfig of ``standin`` with its CA and client certificate as files."""
+    return write_kubeconfig(
+        tmp_path / "kubeconfig",
+        standin.url,
+        {"certificate-authority": str(standin.ca_file)},
+        {"client-certificate": str(standin.client_cert), "client-key": str(standin.client_key)},
+    )
+
+
 def test_kubeconfig_with_client_certificate_files(
     k8s_standin: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -307,16 +317,7 @@ def test_cli_quota_status_and_why(
     from gpuspark.spec import example_spec
 
     seed(k8s_standin, "v1beta2")
-    config = write_kubeconfig(
-        tmp_path / "kubeconfig",
-        k8s_standin.url,
-        {"certificate-authority": str(k8s_standin.ca_file)},
-        {
-            "client-certificate": str(k8s_standin.client_cert),
-            "client-key": str(k8s_standin.client_key),
-        },
-    )
-    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.setenv("KUBECONFIG", str(cert_kubeconfig(tmp_path, k8s_standin)))
     spec_file = tmp_path / "cluster.toml"
     spec_file.write_text(example_spec())
     master = f"k8s://{k8s_standin.url}"
@@ -356,16 +357,7 @@ def test_forbidden_names_the_missing_permission(
     k8s_standin.require(cert=True)
     k8s_standin.forbid("get", "workloads")
     seed(k8s_standin, "v1beta2")
-    config = write_kubeconfig(
-        tmp_path / "kubeconfig",
-        k8s_standin.url,
-        {"certificate-authority": str(k8s_standin.ca_file)},
-        {
-            "client-certificate": str(k8s_standin.client_cert),
-            "client-key": str(k8s_standin.client_key),
-        },
-    )
-    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.setenv("KUBECONFIG", str(cert_kubeconfig(tmp_path, k8s_standin)))
     with pytest.raises(ClusterError) as exc:
         explain(
             make_spec(), "pod-driver-3f2a1", master=f"k8s://{k8s_standin.url}", namespace="team-nlp"
