@@ -1,4 +1,5 @@
-"""Checks before any task starts (gpuspark.launch.preflight): conf, slots, Python."""
+"""Checks before any rank starts: conf and slots (gpuspark.launch.preflight) before the
+barrier stage, the executors' Python inside it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,15 @@ from typing import Any
 import pytest
 
 from gpuspark.errors import LaunchError
-from gpuspark.launch import ExecutorCapacity, check_capacity, check_conf, check_python, run
-from gpuspark.launch.preflight import cached_executor_pythons
+from gpuspark.launch import (
+    ExecutorCapacity,
+    check_capacity,
+    check_conf,
+    check_python,
+    make_request,
+    run,
+    run_request,
+)
 
 
 def never_runs(value: float) -> None:
@@ -68,4 +76,20 @@ def test_spark_dynamic_allocation_refused_before_any_task(spark_factory: Any) ->
     with pytest.raises(LaunchError, match=r"spark.dynamicAllocation.enabled=false"):
         run(never_runs, 1.0, num_processes=2, spark=spark)
     assert tracker.getJobIdsForGroup(None) == before
-    assert cached_executor_pythons(spark.sparkContext.applicationId) is None
+
+
+@pytest.mark.spark
+def test_an_executor_python_other_than_the_drivers_is_refused_before_any_rank(
+    spark: Any,
+) -> None:
+    # The check runs inside the barrier stage (no separate job): every task compares its
+    # Python with the one the request recorded for the driver, and no rank starts.
+    req = make_request(never_runs, 1.0, num_processes=2, gpus_per_process=0)
+    req.driver_python = (3, 1)
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(None))
+    with pytest.raises(LaunchError) as exc:
+        run_request(req, spark)
+    mine = "{}.{}".format(*__import__("sys").version_info[:2])
+    assert f"the driver runs Python 3.1 but executors run {mine}" in str(exc.value)
+    assert len(set(tracker.getJobIdsForGroup(None)) - before) == 1  # the barrier stage only

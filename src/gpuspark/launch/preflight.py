@@ -1,4 +1,5 @@
-"""Checks before any task starts: the Spark conf, free slots, the executors' Python.
+"""Checks before any task starts: the Spark conf and free slots; and the rule for the
+executors' Python, which the barrier tasks apply themselves (no separate job).
 
 Each check raises one :class:`~gpuspark.errors.LaunchError` with a remedy. The pure checks
 (:func:`check_conf`, :func:`check_capacity`, :func:`check_python`) take plain values;
@@ -8,7 +9,6 @@ Each check raises one :class:`~gpuspark.errors.LaunchError` with a remedy. The p
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,16 +21,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ExecutorCapacity",
-    "cached_executor_pythons",
     "check_capacity",
     "check_conf",
     "check_python",
     "executor_capacity",
-    "executor_pythons",
     "preflight",
 ]
 
-_PY_VERSIONS: dict[str, set[tuple[int, int]]] = {}
 _REGISTER_WAIT_S = 10.0
 """How long the capacity check waits for executors still registering before it refuses."""
 
@@ -149,22 +146,6 @@ def executor_capacity(sc: Any, conf: Mapping[str, str]) -> ExecutorCapacity:
     )
 
 
-def executor_pythons(sc: Any) -> set[tuple[int, int]]:
-    """Python versions of the executors, by one tiny job per application (cached)."""
-    app = str(sc.applicationId)
-    if app not in _PY_VERSIONS:
-        n = max(2, int(sc.defaultParallelism))
-        rdd = sc.parallelize(range(n), n).map(lambda _: tuple(__import__("sys").version_info[:2]))
-        _PY_VERSIONS[app] = {tuple(v) for v in rdd.distinct().collect()}
-    return _PY_VERSIONS[app]
-
-
-def cached_executor_pythons(app_id: str) -> set[tuple[int, int]] | None:
-    """The executors' Python versions :func:`executor_pythons` found for application
-    ``app_id``, or None if it has not asked yet (no job ran for it)."""
-    return _PY_VERSIONS.get(app_id)
-
-
 def preflight(req: LaunchRequest, sc: Any) -> None:
     """Refuse, before any task starts, a launch the cluster behind ``sc`` cannot run."""
     conf = dict(sc.getConf().getAll())
@@ -184,4 +165,3 @@ def preflight(req: LaunchRequest, sc: Any) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-    check_python((sys.version_info[0], sys.version_info[1]), executor_pythons(sc))

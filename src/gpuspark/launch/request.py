@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,10 @@ from gpuspark.errors import LaunchError, did_you_mean
 __all__ = ["OPTIONS", "LaunchRequest", "build_request", "make_request"]
 
 _BACKENDS = ("auto", "nccl", "gloo")
+
+
+def _python_version() -> tuple[int, int]:
+    return (sys.version_info[0], sys.version_info[1])
 
 
 @dataclass
@@ -71,6 +76,9 @@ class LaunchRequest:
     (elsewhere they start in the executor's work folder)."""
     driver_machine: str = field(default_factory=machine_key)
     """:func:`~gpuspark._util.procs.machine_key` of the driver."""
+    driver_python: tuple[int, int] = field(default_factory=_python_version)
+    """The driver's Python (major, minor): every barrier task compares its own with it before
+    any rank starts (cloudpickle needs the same version on both sides)."""
 
     def __post_init__(self) -> None:
         _check_shape(self)

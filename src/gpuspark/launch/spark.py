@@ -4,8 +4,9 @@ The stage carries a task resource profile asking whole GPUs per task (stage-leve
 so the application keeps ``spark.task.resource.gpu.amount=0.25`` for its data work. Each task
 sets ``CUDA_VISIBLE_DEVICES`` from ``TaskContext.resources()``, shares task 0's host and a free
 port with ``BarrierTaskContext.allGather`` and starts its ranks through torch's elastic agent.
-Rank lines stream to the driver's log server; the first failure, or the timeout, stops every
-task.
+Every task compares its Python with the driver's (after the gather, before any rank starts), so
+no separate job has to start the executors' Python workers first. Rank lines stream to the
+driver's log server; the first failure, or the timeout, stops every task.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from gpuspark._util.procs import machine_key
 from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import LogServer, RankOutput, SocketSink
-from gpuspark.launch.preflight import executor_capacity
+from gpuspark.launch.preflight import check_python, executor_capacity
 from gpuspark.launch.ranks import (
     cuda_available,
     rank_env,
@@ -47,6 +48,7 @@ def _barrier_partition(
 ) -> Any:
     """Body of one barrier task (runs on an executor)."""
     import json
+    import sys
 
     from pyspark import BarrierTaskContext
 
@@ -67,8 +69,13 @@ def _barrier_partition(
             "port": port,
             "gpus": gpus,
             "cuda": bool(gpus) and cuda_available(),
+            "python": list(sys.version_info[:2]),
         }
         tasks = [json.loads(s) for s in ctx.allGather(json.dumps(me))]
+        if any(tuple(t["python"]) != tuple(req.driver_python) for t in tasks):
+            pythons = [t["python"] for t in tasks]
+            yield {"ok": False, "task": index, "host": host, "pythons": pythons}
+            return
         all_gpus = all(t["gpus"] for t in tasks)
         backend, why = resolve_backend(req.backend, all_gpus, all(t["cuda"] for t in tasks))
         workdir = _workdir(req)
@@ -186,7 +193,16 @@ def run_barrier(
         server.close()
     if server.abort_reason == "timeout":
         raise timeout_error(req)
+    _check_pythons(req, results)
     return results
+
+
+def _check_pythons(req: LaunchRequest, results: list[dict]) -> None:
+    """The executors' Pythons, which every task compared with the driver's before starting a
+    rank (in the barrier stage itself: no separate job starts the Python workers first)."""
+    seen = {tuple(v) for r in results for v in r.get("pythons", ())}
+    if seen:
+        check_python(req.driver_python, seen)  # type: ignore[arg-type]
 
 
 def _timers(timeout: float | None, server: Any, sc: Any, tag: str) -> list[threading.Timer]:
