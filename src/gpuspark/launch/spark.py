@@ -202,7 +202,7 @@ def _check_pythons(req: LaunchRequest, results: list[dict]) -> None:
     rank (in the barrier stage itself: no separate job starts the Python workers first)."""
     seen = {tuple(v) for r in results for v in r.get("pythons", ())}
     if seen:
-        check_python(req.driver_python, seen)  # type: ignore[arg-type]
+        check_python(req.driver_python, seen)
 
 
 def _timers(timeout: float | None, server: Any, sc: Any, tag: str) -> list[threading.Timer]:
