@@ -7,9 +7,9 @@ STAMP := $(VENV)/.gpuspark-installed
 TORCH_CPU := torch==2.13.0
 PYTEST_ARGS ?= --durations=25
 
-.PHONY: setup test test-all demo lint java monitoring-tools image-tools image clean
+.PHONY: setup test test-all demo lint java monitoring-tools image-tools host-tools image clean
 
-setup: $(STAMP) image-tools
+setup: $(STAMP) image-tools host-tools
 
 # Java >= 17 is needed by Spark 4. Installed with apt when missing and we are root.
 java:
@@ -37,6 +37,19 @@ monitoring-tools:
 	    (service $$s stop || systemctl stop $$s) >/dev/null 2>&1 || true; done; \
 	else \
 	  echo "gpuspark: note: install $(MON_PKGS) for the monitoring tests and 'gpuspark monitor up'" >&2; \
+	fi
+
+# nft and systemd-analyze check what `gpuspark render standalone` writes (nftables rules,
+# systemd units; docs/bare-metal.md). Installed with apt when missing and we are root; else a
+# note (those tests skip, saying what to install).
+HOST_PKGS := nftables systemd
+host-tools:
+	@if command -v nft >/dev/null && command -v systemd-analyze >/dev/null; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	  echo "gpuspark: installing $(HOST_PKGS) (render standalone checks)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(HOST_PKGS) >/dev/null; \
+	else \
+	  echo "gpuspark: note: install $(HOST_PKGS) for the render standalone checks" >&2; \
 	fi
 
 # podman, buildah and debootstrap for `make image` (the container image, docs/image.md).
@@ -69,6 +82,32 @@ test: setup
 
 test-all: setup
 	@$(BIN)/python -m pytest -m "" $(PYTEST_ARGS)
+
+# The compatibility run (docs/compatibility.md): a smoke subset (tests/compat, marker `compat`)
+# on the lowest pyspark gpuspark supports, in its own venv: CPU torch, constraints.txt without
+# its pyspark and py4j pins, pyspark $(PYSPARK_LOW). The README quickstart's time on it and on
+# .venv's pyspark 4.x goes to benchmarks/results/compat.json.
+COMPAT_VENV := .venv-compat
+COMPAT_BIN := $(COMPAT_VENV)/bin
+COMPAT_STAMP := $(COMPAT_VENV)/.gpuspark-installed
+PYSPARK_LOW := 3.5.1
+COMPAT_ENV = GPUSPARK_COMPAT_RUN=$$run GPUSPARK_COMPAT_RESULTS=benchmarks/results/compat.json
+
+$(COMPAT_STAMP): pyproject.toml constraints.txt | java
+	@test -x $(COMPAT_BIN)/python || $(PY) -m venv $(COMPAT_VENV)
+	@$(COMPAT_BIN)/python -m pip install -q --upgrade pip
+	@$(COMPAT_BIN)/python -m pip install -q $(TORCH_CPU)
+	@grep -v -e '^pyspark==' -e '^py4j==' constraints.txt > $(COMPAT_VENV)/constraints.txt
+	@echo 'pyspark==$(PYSPARK_LOW)' >> $(COMPAT_VENV)/constraints.txt
+	@$(COMPAT_BIN)/python -m pip install -q -c $(COMPAT_VENV)/constraints.txt -e ".[dev]"
+	@touch $(COMPAT_STAMP)
+
+.PHONY: test-compat
+test-compat: setup $(COMPAT_STAMP)
+	@run=$$(date +%s); \
+	$(COMPAT_ENV) GPUSPARK_COMPAT_PYSPARK=$(PYSPARK_LOW) \
+	  $(COMPAT_BIN)/python -m pytest -m compat tests/compat $(PYTEST_ARGS) && \
+	$(COMPAT_ENV) $(BIN)/python -m pytest -m compat -k quickstart tests/compat $(PYTEST_ARGS)
 
 demo: setup
 	@$(BIN)/gpuspark demo

@@ -35,6 +35,7 @@ BASE: dict[str, list[str]] = {
     "render kueue": ["{SPEC}"],
     "render volcano": ["{SPEC}"],
     "render k8s": ["{SPEC}"],
+    "render standalone": ["--spec", "{SPEC}"],
     "predict": ["{SRC}", "--model", "{SRC}", "-o", "{DST}"],
     "cluster up": [],
     "cluster status": [],

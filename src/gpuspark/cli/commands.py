@@ -9,6 +9,7 @@ import typer
 # Order is the order in ``gpuspark --help``.
 _MODULES = [
     "gpuspark.cli.cmd_spec",
+    "gpuspark.cli.cmd_render_standalone",
     "gpuspark.cli.cmd_cluster",
     "gpuspark.cli.cmd_shards",
     "gpuspark.cli.cmd_datasets",

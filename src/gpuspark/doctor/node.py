@@ -11,9 +11,10 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from gpuspark._util import spark_compat
 from gpuspark.doctor.parsers import (
     GpuHealth,
     IbPort,
@@ -23,20 +24,25 @@ from gpuspark.doctor.parsers import (
     parse_nvidia_smi_q,
 )
 from gpuspark.doctor.report import Check, failure, info, ok, skipped, warning
+from gpuspark.spec.network import hca_ports, node_group_for
 
 if TYPE_CHECKING:
-    from gpuspark.spec import ClusterSpec
+    from gpuspark.spec import ClusterSpec, NodeGroup
 
 __all__ = [
     "MIN_JAVA",
     "cuda_check",
     "ecc_checks",
     "gpu_stack_checks",
+    "hca_checks",
     "ibstat_checks",
+    "interface_checks",
+    "interface_state",
     "java_check",
     "nccl_env_checks",
     "node_checks",
     "pyspark_check",
+    "spec_network_checks",
     "tool_output",
 ]
 
@@ -77,17 +83,15 @@ def java_check(version_text: str | None) -> Check:
 
 
 def pyspark_check() -> Check:
-    """pyspark importable (found without importing it), and its version."""
-    import importlib.metadata
+    """pyspark importable (found without importing it), in a version gpuspark supports."""
     import importlib.util
 
+    remedy = f"pip install '{spark_compat.PYSPARK_REQUIREMENT}'"
     if importlib.util.find_spec("pyspark") is None:
-        return failure("pyspark", "not importable", "pip install 'pyspark>=4,<5'")
-    try:
-        version = importlib.metadata.version("pyspark")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown version"
-    return ok("pyspark", f"pyspark {version}")
+        return failure("pyspark", "not importable", remedy)
+    version = spark_compat.installed_version()
+    problem = spark_compat.version_problem(version)
+    return failure("pyspark", problem, remedy) if problem else ok("pyspark", f"pyspark {version}")
 
 
 def _major_minor(version: str | None) -> tuple[int, int] | None:
@@ -303,6 +307,124 @@ def _ib_env_checks(env: Mapping[str, str], hcas: Sequence[str] | None, kind: str
     return checks
 
 
+_UP_STATES = ("up", "unknown")
+"""``operstate`` values of a working interface: ``unknown`` is what drivers that do not track
+the state report (the loopback interface among them)."""
+
+
+def interface_state(name: str, root: str = "/sys/class/net") -> str | None:
+    """The ``operstate`` of interface ``name`` (``up``, ``down``, ``unknown``, ...); ``None``
+    when this node has no such interface."""
+    try:
+        with open(os.path.join(root, name, "operstate"), encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def interface_checks(states: Mapping[str, str | None], interfaces: Sequence[str]) -> list[Check]:
+    """The spec's ``socket_ifname`` interfaces (name -> operstate, ``None``: missing) exist
+    and are up; ``interfaces``: what this node has, for the message."""
+    checks = []
+    for name, state in states.items():
+        check = f"socket_ifname {name}"
+        if state is None:
+            have = ", ".join(interfaces) or "none"
+            checks.append(
+                failure(
+                    check,
+                    f"no interface {name} on this node (it has {have})",
+                    "fix socket_ifname of this node group in the spec (ip -br link lists them)",
+                )
+            )
+        elif state not in _UP_STATES:
+            checks.append(
+                failure(
+                    check,
+                    f"{name} is {state}",
+                    f"bring it up (ip link set {name} up), check the cable",
+                )
+            )
+        else:
+            checks.append(ok(check, f"{name} operstate {state}"))
+    return checks
+
+
+def hca_checks(
+    wanted: Sequence[tuple[str, int | None]], ports: Sequence[IbPort] | None, rate_gbps: float
+) -> list[Check]:
+    """The spec's ``ib_hca`` adapters (adapter, port or ``None`` for any) are in ``ibstat``
+    (``None``: no ibstat), Active, at ``rate_gbps`` or faster."""
+    if ports is None:
+        return [skipped("ib_hca", "no ibstat on this node", "install infiniband-diags")]
+    checks = []
+    for ca, port in wanted:
+        name = f"ib_hca {ca}" + (f":{port}" if port is not None else "")
+        found = [p for p in ports if p.ca == ca and (port is None or p.port == port)]
+        if not found:
+            listed = ", ".join(sorted({f"{p.ca}:{p.port}" for p in ports})) or "no port"
+            checks.append(
+                failure(
+                    name,
+                    f"ibstat does not list it (it lists {listed})",
+                    "fix ib_hca of this node group in the spec (ibstat -l lists the adapters)",
+                )
+            )
+            continue
+        active = [p for p in found if p.state == "Active"]
+        checks.append(_hca_port_check(name, active or found, rate_gbps))
+    return checks
+
+
+def _hca_port_check(name: str, ports: Sequence[IbPort], rate_gbps: float) -> Check:
+    """Ports of one ``ib_hca`` entry: the first that is not Active fails; a slow one warns."""
+    for p in ports:
+        evidence = f"port {p.port}: State: {p.state}, Rate: {_rate(p)}"
+        if p.state != "Active":
+            return failure(
+                name, evidence, "check the cable, the switch port and the subnet manager (opensm)"
+            )
+        if p.rate_gbps is not None and p.rate_gbps < rate_gbps:
+            return warning(
+                name,
+                f"{evidence} Gb/s, below the spec's {rate_gbps:g} Gb/s",
+                "check cable, transceiver and link width (ibportstate), or the spec's ib_rate_gbps",
+            )
+    return ok(name, "; ".join(f"port {p.port}: State: Active, Rate: {_rate(p)}" for p in ports))
+
+
+def _rate(p: IbPort) -> str:
+    return "?" if p.rate_gbps is None else f"{p.rate_gbps:g}"
+
+
+def _network_fields(group: NodeGroup) -> bool:
+    return group.socket_ifname is not None or group.ib_hca is not None
+
+
+def spec_network_checks(
+    spec: ClusterSpec,
+    host: str,
+    ports: Sequence[IbPort] | None,
+    state: Callable[[str], str | None] = interface_state,
+) -> list[Check]:
+    """The network fields of ``host``'s node group against this node: ``socket_ifname``'s
+    interfaces exist and are up (``state``), ``ib_hca``'s adapters are in ``ibstat``
+    (``ports``), Active, at the spec's rate. Nothing when no group sets these fields."""
+    if not any(_network_fields(g) for g in spec.nodes):
+        return []
+    group = node_group_for(spec, host)
+    if group is None:
+        return [info("network fields", f"{host} is in no [[nodes]] group of the spec: not checked")]
+    checks = []
+    if group.socket_ifname is not None:
+        names = group.socket_ifname.split(",")
+        checks += interface_checks({n: state(n) for n in names}, _interfaces())
+    if group.ib_hca is not None:
+        rate = group.ib_rate_gbps or spec.networks.compute.gbps
+        checks += hca_checks(hca_ports(group), ports, rate)
+    return checks
+
+
 def _interfaces() -> list[str]:
     import socket
 
@@ -328,7 +450,14 @@ def node_checks(spec: ClusterSpec) -> list[Check]:
     checks += ibstat_checks(ports, compute.gbps, compute.kind)
     hcas = sorted({p.ca for p in ports}) if ports is not None else None
     checks += nccl_env_checks(os.environ, _interfaces(), hcas, compute.kind)
+    checks += spec_network_checks(spec, _hostname(), ports)
     return checks
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
 
 
 def _java_version_text() -> str | None:

@@ -36,7 +36,8 @@ def write_example(path: str | Path, *, force: bool = False) -> Path:
 
 _EXAMPLE = """\
 # gpuspark cluster spec. Check it with `gpuspark validate cluster.toml`;
-# render Spark's configuration with `gpuspark render spark cluster.toml -o conf/`.
+# render Spark's configuration with `gpuspark render spark cluster.toml -o conf/`,
+# a bare-metal cluster's files and services with `gpuspark render standalone`.
 name = "dgx-a100"
 
 # One [[nodes]] table per group of identical servers.
@@ -50,6 +51,12 @@ nvlink_gbytes_per_s = 600    # NVLink, gigaBYTES per second per GPU (NVIDIA's fi
 cpu_cores = 128              # 2 x AMD EPYC 7763, 64 cores each
 ram_gb = 2048
 nvme_tb = 30                 # local NVMe scratch (data cache, shuffle)
+# local_dirs = ["/raid/spark"]            # Spark's scratch on the NVMe (SPARK_LOCAL_DIRS)
+# addresses = ["10.0.0.11", "10.0.0.12"]  # each host's IP: bind address, firewall sources
+# socket_ifname = "ens1f0"                # NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
+# ib_hca = ["mlx5_0:1", "mlx5_1:1"]       # NCCL_IB_HCA, exact names as ibstat shows them
+# roce_gid_index = 3                      # NCCL_IB_GID_INDEX (RoCE)
+# ib_rate_gbps = 100                      # the Rate ibstat should show on those ports
 
 [networks.compute]           # gradients and shuffle
 kind = "infiniband"          # infiniband | ethernet

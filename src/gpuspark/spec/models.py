@@ -6,10 +6,11 @@ a spec in hand is always consistent.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gpuspark.spec.base import SpecModel
 from gpuspark.spec.kubernetes import KubernetesSettings, Toleration
@@ -18,6 +19,7 @@ from gpuspark.spec.values import flatten_table
 
 __all__ = [
     "DEFAULT_DISCOVERY_SCRIPT",
+    "DEFAULT_LOCAL_DIR",
     "MANAGED_CONF",
     "ClusterSpec",
     "ComputeNetwork",
@@ -46,6 +48,13 @@ _MASTER_FORMS = (
     re.compile(r"^k8s://(https?://)?[A-Za-z0-9_.\-]+(:[0-9]{1,5})?/?$"),
 )
 _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+_IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+"""A Linux interface name (``IFNAMSIZ`` is 16 with the final NUL)."""
+_HCA = re.compile(r"^[A-Za-z0-9_.-]+(:[1-9][0-9]*)?$")
+DEFAULT_LOCAL_DIR = "/var/lib/spark/local"
+"""A node group's ``local_dirs`` when the spec names none."""
+MAX_GID_INDEX = 1023
+"""An upper bound on ``roce_gid_index``, to catch typos."""
 
 # Spark properties owned by typed fields: setting them in [spark.conf] would bypass the checks.
 MANAGED_CONF = {
@@ -91,11 +100,99 @@ class NodeGroup(_Model):
     """Host memory per server, GB."""
     nvme_tb: Annotated[float, Field(ge=0)] = 0.0
     """Local NVMe scratch per server, TB."""
+    local_dirs: Annotated[list[str], Field(min_length=1)] = Field(
+        default_factory=lambda: [DEFAULT_LOCAL_DIR]
+    )
+    """Spark's scratch on each server (``SPARK_LOCAL_DIRS``: shuffle, spill, the shard cache),
+    absolute paths: the NVMe mount points, one per drive or RAID (DGX: ``/raid/spark``).
+    Default: ``/var/lib/spark/local``."""
+    addresses: list[str] | None = None
+    """The IP address of each host on the cluster network, in the order of ``hosts``: what
+    its Spark daemons bind to (``SPARK_LOCAL_IP``) and what the rendered firewall lets in.
+    Default: the host names, resolved by each tool."""
+    socket_ifname: str | None = None
+    """The network interface NCCL's and gloo's sockets use (``NCCL_SOCKET_IFNAME``,
+    ``GLOO_SOCKET_IFNAME``), e.g. ``ens1f0`` or ``bond0``; several as ``eth0,eth1``. Exact
+    names: gpuspark gives NCCL its exact-match form (``=eth0``). Default: NCCL and gloo pick."""
+    ib_hca: list[str] | None = None
+    """The InfiniBand/RoCE adapters NCCL uses (``NCCL_IB_HCA``, matched exactly), as ``ibstat``
+    names them, each with an optional port: ``["mlx5_0", "mlx5_1:1"]`` or NCCL's own
+    ``"mlx5_0:1,mlx5_1:1"``. Default: NCCL uses every adapter it finds."""
+    roce_gid_index: Annotated[int, Field(ge=0, le=MAX_GID_INDEX)] | None = None
+    """``NCCL_IB_GID_INDEX``: the GID table entry of the HCA ports NCCL uses on RoCE (RoCE v2
+    over IPv4 is often 3; ``show_gids`` lists them). Default: NCCL's choice."""
+    ib_rate_gbps: Positive | None = None
+    """The rate ``ibstat`` should show for each port in ``ib_hca`` (``Rate: 200``), Gb/s;
+    ``gpuspark doctor`` warns when a port is slower. Default: ``networks.compute.gbps``."""
 
     @property
     def gpus(self) -> int:
         """GPUs in the whole group."""
         return len(self.hosts) * self.gpus_per_node
+
+    @field_validator("local_dirs")
+    @classmethod
+    def _local_dirs_form(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not path.startswith("/") or any(c.isspace() or c == "," for c in path):
+                raise ValueError(
+                    f"{path!r} must be an absolute path on the servers (no spaces or commas)"
+                )
+        if len({d.rstrip("/") or "/" for d in value}) != len(value):
+            raise ValueError("lists a directory twice")
+        return value
+
+    @field_validator("addresses")
+    @classmethod
+    def _addresses_form(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        hosts = info.data.get("hosts")
+        if value is not None and hosts is not None and len(value) != len(hosts):
+            raise ValueError(
+                f"has {len(value)} entries for {len(hosts)} hosts: give one address per host,"
+                " in the order of hosts"
+            )
+        for item in value or []:
+            try:
+                ipaddress.ip_address(item)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address such as 10.0.0.11") from None
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("lists an address twice")
+        return value
+
+    @field_validator("socket_ifname")
+    @classmethod
+    def _ifname_form(cls, value: str | None) -> str | None:
+        if value is not None and not all(_IFNAME.match(n) for n in value.split(",")):
+            raise ValueError(
+                "must name interfaces exactly, e.g. 'ens1f0' or 'eth0,eth1' (up to 15 letters,"
+                " digits, '_', '.', '-' each; no NCCL '^'/'=' prefix: gpuspark adds '=')"
+            )
+        return value
+
+    @field_validator("ib_hca", mode="before")
+    @classmethod
+    def _hca_list(cls, value: Any) -> Any:
+        if isinstance(value, str):  # NCCL's own form, "=mlx5_0:1,mlx5_1:1" or without the "="
+            return [item.strip() for item in value.removeprefix("=").split(",")]
+        return value
+
+    @field_validator("ib_hca")
+    @classmethod
+    def _hca_form(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("must name at least one HCA, e.g. ['mlx5_0']; leave it out for all")
+        bad = [item for item in value if not _HCA.match(item)]
+        if bad:
+            raise ValueError(
+                f"{bad[0]!r} is not an HCA as ibstat names it, with an optional"
+                " port: e.g. 'mlx5_0' or 'mlx5_0:1'"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError("lists an HCA twice")
+        return value
 
 
 class ComputeNetwork(_Model):
