@@ -107,17 +107,17 @@ NOT_LABELS = "name,score\nalice,3\n"
 # {SPEC} a valid spec, {SRC} an empty-but-valid source folder, {DST} a new destination,
 # {SCRIPT} a valid script: the other arguments are good, so the bad one is what is refused.
 COMMANDS: list[tuple[str, tuple[str, ...], str]] = [
-    ("validate {BAD}", FILE_KINDS, NOT_TOML),
-    ("render spark {BAD}", FILE_KINDS, NOT_TOML),
-    ("render spark {SPEC} -o {BAD}", OUT_KINDS, ""),
-    ("render monitoring {BAD}", FILE_KINDS, NOT_TOML),
-    ("render monitoring {SPEC} -o {BAD}", OUT_KINDS, ""),
-    ("render yarn {BAD}", FILE_KINDS, NOT_TOML),
-    ("render yarn {SPEC} -o {BAD}", OUT_KINDS, ""),
-    ("render kueue {BAD}", FILE_KINDS, NOT_TOML),
-    ("render kueue {SPEC} -o {BAD}", OUT_KINDS, ""),
-    ("render volcano {BAD}", FILE_KINDS, NOT_TOML),
-    ("render volcano {SPEC} -o {BAD}", OUT_KINDS, ""),
+    ("validate --spec {BAD}", FILE_KINDS, NOT_TOML),
+    ("render spark --spec {BAD}", FILE_KINDS, NOT_TOML),
+    ("render spark --spec {SPEC} -o {BAD}", OUT_KINDS, ""),
+    ("render monitoring --spec {BAD}", FILE_KINDS, NOT_TOML),
+    ("render monitoring --spec {SPEC} -o {BAD}", OUT_KINDS, ""),
+    ("render yarn --spec {BAD}", FILE_KINDS, NOT_TOML),
+    ("render yarn --spec {SPEC} -o {BAD}", OUT_KINDS, ""),
+    ("render kueue --spec {BAD}", FILE_KINDS, NOT_TOML),
+    ("render kueue --spec {SPEC} -o {BAD}", OUT_KINDS, ""),
+    ("render volcano --spec {BAD}", FILE_KINDS, NOT_TOML),
+    ("render volcano --spec {SPEC} -o {BAD}", OUT_KINDS, ""),
     ("monitor up --spec {BAD}", FILE_KINDS, NOT_TOML),
     ("top --once --spec {BAD}", ("missing", "binary", "wrong"), NOT_TOML),
     ("init {BAD}", ("dir", "unreadable"), ""),
@@ -221,6 +221,6 @@ def test_unforeseen_path_error_is_one_line_naming_the_path(
         raise NotADirectoryError(20, "Not a directory", "/data/file.txt/spec.toml")
 
     monkeypatch.setattr(gpuspark.spec, "load_spec", broken)
-    assert main(["validate", "spec.toml"]) == 1
+    assert main(["validate", "--spec", "spec.toml"]) == 1
     err = capsys.readouterr().err
     assert err == "error: /data/file.txt/spec.toml: Not a directory (check the path)\n"

@@ -454,7 +454,7 @@ def test_cli_validate_bad_is_one_line_exit_1(
 ) -> None:
     monkeypatch.delenv("GPUSPARK_DEBUG", raising=False)
     path = _bad_file(tmp_path)
-    assert main(["validate", str(path)]) == 1
+    assert main(["validate", "--spec", str(path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"error: {path}: teams[1].max_gpus=2 is below guaranteed_gpus=4\n"
@@ -465,7 +465,7 @@ def test_cli_validate_bad_with_debug_shows_traceback(
 ) -> None:
     monkeypatch.setenv("GPUSPARK_DEBUG", "1")
     path = _bad_file(tmp_path)
-    assert main(["validate", str(path)]) == 1
+    assert main(["validate", "--spec", str(path)]) == 1
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err
     assert "SpecError" in err
@@ -474,7 +474,7 @@ def test_cli_validate_bad_with_debug_shows_traceback(
 
 def test_cli_validate_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     missing = tmp_path / "absent.toml"
-    assert main(["validate", str(missing)]) == 1
+    assert main(["validate", "--spec", str(missing)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {missing}: no such file") and err.count("\n") == 1
 

@@ -2,7 +2,8 @@
 
 Every error class of gpuspark lives here, so that any module can raise or catch any of them
 without importing the module that raises it. The CLI turns any :class:`GpusparkError` into
-one line and exit code 1; with ``GPUSPARK_DEBUG=1`` it also prints the traceback.
+one line and exit code 1 (under ``--json``, one JSON object: ``error`` is the message,
+``remedy`` the remedy); with ``GPUSPARK_DEBUG=1`` it also prints the traceback.
 """
 
 from __future__ import annotations

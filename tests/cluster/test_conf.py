@@ -285,7 +285,7 @@ def test_cli_render_bad_spec_is_one_line(
     bad = tmp_path / "cluster.toml"
     bad.write_text(example_spec().replace("task_gpu_amount = 0.25", "task_gpu_amount = 2.5"))
     out = tmp_path / "conf"
-    assert main(["render", "spark", str(bad), "-o", str(out)]) == 1
+    assert main(["render", "spark", "--spec", str(bad), "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert err == (
         f"error: {bad}: spark.task_gpu_amount=2.5: must be a fraction in (0, 1] or a whole"

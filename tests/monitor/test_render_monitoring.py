@@ -109,7 +109,7 @@ def test_cli_json_and_print(tmp_path: Path, capsys) -> None:
 def test_cli_bad_out_dir_is_one_line(tmp_path: Path, capsys) -> None:
     blocker = tmp_path / "file.txt"
     blocker.write_text("x\n")
-    assert main(["render", "monitoring", str(EXAMPLE_FILE), "-o", str(blocker)]) == 1
+    assert main(["render", "monitoring", "--spec", str(EXAMPLE_FILE), "-o", str(blocker)]) == 1
     err = capsys.readouterr().err.strip()
     assert "--out" in err and str(blocker) in err and len(err.splitlines()) == 1
 
@@ -331,7 +331,7 @@ def test_a_threshold_no_share_can_exceed_is_refused(
     text = re.sub(rf"(?m)^{field} = .*$", f"{field} = 100", EXAMPLE_FILE.read_text())
     path = tmp_path / "c.toml"
     path.write_text(text)
-    assert main(["validate", str(path)]) == 1
+    assert main(["validate", "--spec", str(path)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"monitoring.{field}=100" in err, err
     assert "less than 100" in err

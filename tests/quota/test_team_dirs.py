@@ -7,6 +7,7 @@ README's example entries parse. No Spark here: where a job would start, a stand-
 from __future__ import annotations
 
 import grp
+import json
 import os
 import re
 import stat
@@ -336,9 +337,11 @@ def test_cli_prep_into_another_teams_root_fails_before_spark(tmp_path: Path) -> 
         timeout=120,
     )
     assert out.returncode == 1, out.stderr
-    want = f"error: team a may not write {target}: it is in team b's root ({target.parent})"
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(want + " ("), out.stderr
+    want = f"team a may not write {target}: it is in team b's root ({target.parent})"
+    # under --json the error is one JSON object on stdout (then this test's own SPARK line)
+    error = json.loads(out.stdout[: out.stdout.rindex("SPARK")])
+    assert error["error"].startswith(want) and error["exit_code"] == 1, out.stdout
+    assert out.stderr.strip() == "", out.stderr
     assert "SPARK False" in out.stdout  # Spark never imported: no session, no cluster
     assert list(state.iterdir()) == [] and not target.exists() and not store.exists()
 

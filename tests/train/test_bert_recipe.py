@@ -270,7 +270,8 @@ def test_cli_train_bert_fsdp_local(tokens: str, capsys: pytest.CaptureFixture[st
     argv = ["train", "bert", "--data", tokens, "--strategy", "fsdp", "-n", "2", "--local"]
     argv += ["--epochs", "1", "--batch-size", "16", "--threads", "1", "--json"]
     assert main([*argv, "--compression", "fp16"]) == 1
-    assert "applies to strategy 'ddp' only" in capsys.readouterr().err
+    error = json.loads(capsys.readouterr().out)  # under --json: one JSON object on stdout
+    assert "applies to strategy 'ddp' only" in error["error"] and error["exit_code"] == 1
     assert main(argv) == 0
     text = capsys.readouterr().out
     out = json.loads(text[text.index("{\n") :])

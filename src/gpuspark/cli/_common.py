@@ -12,6 +12,20 @@ import typer
 
 from gpuspark._util import envvars
 
+
+def new_app(**settings: Any) -> typer.Typer:
+    """A Typer app (the root or a command group) with the settings every gpuspark app shares.
+
+    Help is plain click text, not rich markup: markup would eat every ``[...]`` of a help
+    text (``[default: ...]``, ``[spark]``). Neither shell-completion options nor rich
+    tracebacks: errors are one line (:mod:`gpuspark.cli.main`). A command group's help then
+    reads the same whether it is rendered under ``gpuspark`` or from its own app.
+    """
+    return typer.Typer(
+        rich_markup_mode=None, add_completion=False, pretty_exceptions_enable=False, **settings
+    )
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 SpecOpt = Annotated[
     Path | None,
@@ -22,6 +36,25 @@ SpecOpt = Annotated[
         "[default: the built-in embedded-cluster spec].",
     ),
 ]
+SpecFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--spec",
+        envvar=envvars.SPEC.name,
+        help="Cluster spec file (TOML); required, here or in the environment.",
+    ),
+]
+"""``--spec`` of a command whose subject is the spec (``validate``, ``render *``): no
+built-in default; with :data:`SpecFileArg` and :func:`spec_path`."""
+SpecFileArg = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Deprecated: the spec as an argument; use --spec (the argument goes in the next "
+        "release).",
+        show_default=False,
+    ),
+]
+"""The spec as a positional argument, the older form, kept for one release."""
 MasterOpt = Annotated[
     str | None,
     typer.Option(
@@ -29,6 +62,33 @@ MasterOpt = Annotated[
         help="Spark master URL (spark://, yarn, k8s://, local[*]); default: the embedded cluster.",
     ),
 ]
+
+
+def spec_path(ctx: typer.Context, argument: Path | None, option: Path | None) -> Path:
+    """The spec file of a command with :data:`SpecFileOpt` (``option``, from ``--spec`` or
+    ``$GPUSPARK_SPEC``) and :data:`SpecFileArg` (``argument``, deprecated: it wins over the
+    environment, with a note on stderr; given with ``--spec``, a usage error)."""
+    if argument is None:
+        if option is None:
+            raise typer.BadParameter(
+                f"none given: name the cluster spec with --spec FILE or {envvars.SPEC.name}",
+                ctx=ctx,
+                param_hint="--spec",
+            )
+        return option
+    name = next((p.name for p in ctx.command.params if "--spec" in p.opts), None)
+    source = ctx.get_parameter_source(name) if name else None
+    if option is not None and source is not None and source.name == "COMMANDLINE":
+        raise typer.BadParameter(
+            f"the spec is also given as an argument ({argument}); give --spec only",
+            ctx=ctx,
+            param_hint="--spec",
+        )
+    sys.stderr.write(
+        f"deprecated: the spec as an argument; use {ctx.command_path} --spec {argument} "
+        f"(or {envvars.SPEC.name}): the argument goes in the next release\n"
+    )
+    return argument
 
 
 _INTERRUPT_NOTE: list[Callable[[], str] | None] = [None]

@@ -13,6 +13,7 @@ from gpuspark.cli._common import (
     SpecOpt,
     check_dir_option,
     echo,
+    new_app,
     print_json,
     print_table,
 )
@@ -27,7 +28,7 @@ StateDirOpt = Annotated[
     ),
 ]
 
-cluster_app = typer.Typer(help="Start, inspect and stop the embedded Spark cluster.")
+cluster_app = new_app(help="Start, inspect and stop the embedded Spark cluster.")
 
 
 @cluster_app.command("up")
@@ -126,7 +127,8 @@ def _already_running(info: dict[str, Any], json_out: bool) -> None:
     if not dead:
         _show(info, json_out, note="already running; nothing started")
         return
-    _show(info, json_out)
+    if not json_out:  # under --json the error is the one JSON object
+        _show(info, json_out)
     raise ClusterError(
         f"the embedded cluster at {info['master_url']} is running with worker(s) "
         f"{', '.join(map(str, dead))} not alive; nothing started",

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, MasterOpt, print_json, print_table
+from gpuspark.cli._common import JsonOpt, MasterOpt, new_app, print_json, print_table
 
 DstArg = Annotated[str, typer.Argument(help="Directory to create.")]
 SeedOpt = Annotated[int, typer.Option(help="Random seed (same seed, same files).")]
@@ -24,7 +24,7 @@ OverwriteOpt = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Add the ``datasets`` command group to ``app``."""
-    ds = typer.Typer(help="Generate demo data sets.", no_args_is_help=True)
+    ds = new_app(help="Generate demo data sets.", no_args_is_help=True)
     ds.command("synth-ct")(synth_ct)
     ds.command("synth-images")(synth_images)
     ds.command("synth-risk")(synth_risk)

@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, echo, print_json, print_table
+from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, echo, new_app, print_json, print_table
 from gpuspark.cli.cmd_doctor_logs import logs
 
-doctor_app = typer.Typer(
+doctor_app = new_app(
     help="Check this node and the cluster, or explain a failed job's logs.",
     invoke_without_command=True,
 )

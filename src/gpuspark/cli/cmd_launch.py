@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, print_json
+
+if TYPE_CHECKING:
+    from gpuspark.launch import LaunchRequest
 
 # The script stops option parsing, as with torchrun: everything after it is the script's.
 _CONTEXT = {"allow_interspersed_args": False}
@@ -153,7 +156,7 @@ def launch(
     if dry_run:  # checked as the run would be (spec, team, its GPUs), then printed
         job = prepare(req, spec)
         check_cluster_total(req, job.master)
-        print_json({"plan": req.materialize()}) if json_out else typer.echo(req.materialize())
+        print_json(_plan(req)) if json_out else typer.echo(req.materialize())
         return
     start = time.monotonic()
     run_request(req, spec=spec)
@@ -163,3 +166,37 @@ def launch(
         print_json({"ok": True, "ranks": req.num_processes, "seconds": seconds, **logs})
     else:
         typer.echo(f"[gpuspark] {req.num_processes} ranks finished in {seconds} s")
+
+
+def _plan(req: LaunchRequest) -> dict[str, Any]:
+    """The dry run as data (``--dry-run --json``): what :meth:`LaunchRequest.materialize`
+    prints, one key per fact, and that text under ``text``."""
+    script = req.script or []
+    stage = None
+    if not req.local:
+        stage = {"tasks": req.num_tasks, "cpus_per_task": 1, "gpus_per_task": req.gpus_per_task}
+    return {
+        "mode": "local" if req.local else "spark",
+        "master": None if req.local else req.master,
+        "ranks": req.num_processes,
+        "nodes": req.num_tasks,
+        "ranks_per_node": req.per_task,
+        "gpus_per_process": req.gpus_per_process,
+        "entrypoint": req.entrypoint,
+        "script": script[0] if script else None,
+        "script_args": script[1:],
+        "module": req.module,
+        "backend": req.backend,
+        "rendezvous": req.rdzv_backend,
+        "max_restarts": req.max_restarts,
+        "max_attempts": req.max_attempts,
+        "timeout": req.timeout,
+        "barrier_stage": stage,
+        "team": req.team,
+        "metrics": {"port": req.metrics_port, "host": req.metrics_host},
+        "log_dir": req.log_dir,
+        "tee": req.tee,
+        "workdir": req.workdir,
+        "env": dict(req.env),
+        "text": req.materialize(),
+    }

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, SpecOpt, echo, print_json, print_table
+from gpuspark.cli._common import JsonOpt, SpecOpt, echo, new_app, print_json, print_table
 
-monitor_app = typer.Typer(help="Start, inspect and stop Prometheus for the embedded cluster.")
+monitor_app = new_app(help="Start, inspect and stop Prometheus for the embedded cluster.")
 
 PortOpt = Annotated[int, typer.Option(help="Prometheus port on 127.0.0.1 (taken: a free one).")]
 

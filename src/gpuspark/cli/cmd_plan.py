@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpuspark.cli._checks import check_output_file
-from gpuspark.cli._common import JsonOpt, SpecOpt, echo, print_json, print_table
+from gpuspark.cli._common import JsonOpt, SpecOpt, echo, new_app, print_json, print_table
 
 if TYPE_CHECKING:
     from gpuspark.plan import Calibration, PlanRequest, Workload
     from gpuspark.spec import ClusterSpec
 
-plan_app = typer.Typer(
+plan_app = new_app(
     help="Predict step time, communication share, scaling and time to train; calibrate.",
     invoke_without_command=True,
 )

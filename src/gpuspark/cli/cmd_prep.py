@@ -12,6 +12,7 @@ from gpuspark.cli._common import (
     JsonOpt,
     MasterOpt,
     SpecOpt,
+    new_app,
     parse_numbers,
     print_json,
     print_table,
@@ -37,7 +38,7 @@ OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an exis
 
 def register(app: typer.Typer) -> None:
     """Add the ``prep`` command group to ``app``."""
-    prep = typer.Typer(help="Preprocess raw data into shards with Spark.", no_args_is_help=True)
+    prep = new_app(help="Preprocess raw data into shards with Spark.", no_args_is_help=True)
     prep.command("images")(images)
     prep.command("dicom")(dicom)
     prep.command("parquet")(parquet)

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from gpuspark.cli._checks import check_output_file
-from gpuspark.cli._common import JsonOpt, SpecOpt, print_json, print_table
+from gpuspark.cli._common import JsonOpt, SpecOpt, new_app, print_json, print_table
 
-quota_app = typer.Typer(help="Team GPU quotas: usage now, and why an application waits.")
+quota_app = new_app(help="Team GPU quotas: usage now, and why an application waits.")
 
 QMasterOpt = Annotated[
     str | None,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, echo, print_json, print_table
+from gpuspark.cli._common import JsonOpt, echo, new_app, print_json, print_table
 from gpuspark.errors import VerifyFailed
 
 PathArg = Annotated[
@@ -16,7 +16,7 @@ PathArg = Annotated[
 
 def register(app: typer.Typer) -> None:
     """Add the ``shards`` command group to ``app``."""
-    shards = typer.Typer(help="Inspect and verify training shard datasets.", no_args_is_help=True)
+    shards = new_app(help="Inspect and verify training shard datasets.", no_args_is_help=True)
     shards.command("inspect")(inspect)
     shards.command("verify")(verify)
     app.add_typer(shards, name="shards")
@@ -71,9 +71,10 @@ def verify(path: PathArg, json: JsonOpt = False) -> None:
     from gpuspark.data.format import verify_dataset
 
     problems = verify_dataset(path)
-    if json:
+    if json:  # the problems are the one JSON object; exit code 1 as without --json
         print_json({"path": path, "ok": not problems, "problems": [vars(p) for p in problems]})
-    elif problems:
+        raise typer.Exit(1 if problems else 0)
+    if problems:
         print_table(
             f"{len(problems)} problem(s) in {path}",
             ["shard", "record", "byte", "problem"],

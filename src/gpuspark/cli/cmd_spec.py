@@ -9,13 +9,20 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, check_dir_option, print_json, print_table
+from gpuspark.cli._common import (
+    JsonOpt,
+    SpecFileArg,
+    SpecFileOpt,
+    check_dir_option,
+    new_app,
+    print_json,
+    print_table,
+    spec_path,
+)
 
 __all__ = ["register"]
 
-render_app = typer.Typer(help="Render configuration files from a cluster spec.")
-
-SpecArg = Annotated[Path, typer.Argument(help="Cluster spec file (TOML).", show_default=False)]
+render_app = new_app(help="Render configuration files from a cluster spec.")
 
 
 def init(
@@ -42,13 +49,19 @@ def init(
         )
     check_dir_option(file.parent, f"the folder of {file}:")
     write_example(file, force=force)
-    typer.echo(f"wrote {file}; check it with: gpuspark validate {file}")
+    typer.echo(f"wrote {file}; check it with: gpuspark validate --spec {file}")
 
 
-def validate(spec_file: SpecArg, json_out: JsonOpt = False) -> None:
+def validate(
+    ctx: typer.Context,
+    spec_file: SpecFileArg = None,
+    spec: SpecFileOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Check a cluster spec; print its nodes, GPUs and team quotas."""
     from gpuspark.spec import load_spec, summary
 
+    spec_file = spec_path(ctx, spec_file, spec)
     info = summary(load_spec(spec_file))
     if json_out:
         print_json({"file": str(spec_file), "valid": True, **info})
@@ -79,7 +92,9 @@ def validate(spec_file: SpecArg, json_out: JsonOpt = False) -> None:
 
 @render_app.command("spark")
 def render_spark_cmd(
-    spec_file: SpecArg,
+    ctx: typer.Context,
+    spec_file: SpecFileArg = None,
+    spec_opt: SpecFileOpt = None,
     out_dir: Annotated[
         Path | None,
         typer.Option("-o", "--out", help="Write the files here [default: print them]."),
@@ -99,44 +114,67 @@ def render_spark_cmd(
             "(on even where the spec leaves it off).",
         ),
     ] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Render spark-defaults.conf, metrics.properties and the GPU discovery script."""
-    from gpuspark.cluster.conf import render_spark, write_rendered
+    from gpuspark.cluster.conf import render_spark
     from gpuspark.spec import load_spec
 
-    spec = load_spec(spec_file)
+    spec = load_spec(spec_path(ctx, spec_file, spec_opt))
     if secure:
         spec = spec.model_copy(
             update={"security": spec.security.model_copy(update={"enabled": True})}
         )
     if out_dir is not None:
         check_dir_option(out_dir, "--out")
-    if out_dir is None:
-        for name, content in render_spark(spec, discovery_script_path=discovery_script).items():
-            sys.stdout.write(f"# ==> {name} <==\n{content}")
+        _write_spark(spec, out_dir, discovery_script, json_out)
         return
-    secret = _secret_for(spec)
+    files = render_spark(spec, discovery_script_path=discovery_script)
+    if json_out:
+        print_json({"files": files})
+        return
+    for name, content in files.items():
+        sys.stdout.write(f"# ==> {name} <==\n{content}")
+
+
+def _write_spark(spec: Any, out_dir: Path, discovery_script: str | None, json_out: bool) -> None:
+    """Write the Spark files of ``spec`` into ``out_dir`` (with the shared secret when the
+    spec is secure); say what was written and how to distribute it."""
+    from gpuspark.cluster.conf import render_spark, write_rendered
+
+    secret, origin = _secret_for(spec)
     files = render_spark(spec, discovery_script_path=discovery_script, secret=secret)
     private = frozenset({"spark-defaults.conf"} if secret else ())
-    for path in write_rendered(files, out_dir, private=private):
-        typer.echo(
-            f"wrote {path}"
-            + (" (mode 600: holds the shared secret)" if path.name in private else "")
+    written = write_rendered(files, out_dir, private=private)
+    notes = [origin, _distribute_note(spec)] if origin else []
+    if json_out:
+        print_json(
+            {
+                "written": [str(p) for p in written],
+                "private": [str(p) for p in written if p.name in private],
+                "notes": notes,
+            }
         )
-    if secret:
-        typer.echo(_distribute_note(spec))
+        return
+    if origin:
+        typer.echo(origin)
+    for path in written:
+        mode = " (mode 600: holds the shared secret)" if path.name in private else ""
+        typer.echo(f"wrote {path}{mode}")
+    if origin:
+        typer.echo(notes[1])
 
 
-def _secret_for(spec: Any) -> str | None:
-    """The shared secret of a secure spec (generated, mode 600, when its file is missing)."""
+def _secret_for(spec: Any) -> tuple[str | None, str | None]:
+    """The shared secret of a secure spec (generated, mode 600, when its file is missing) and
+    a line saying where it came from; ``(None, None)`` when the spec is not secure."""
     from gpuspark.cluster.security import ensure_secret
 
     if not spec.security.enabled:
-        return None
+        return None, None
     secret, created = ensure_secret(spec.security.secret_file)
     verb = "generated" if created else "read"
-    typer.echo(f"{verb} the shared secret in {spec.security.secret_file} (mode 600)")
-    return secret
+    return secret, f"{verb} the shared secret in {spec.security.secret_file} (mode 600)"
 
 
 def _distribute_note(spec: Any) -> str:
@@ -150,7 +188,9 @@ def _distribute_note(spec: Any) -> str:
 
 @render_app.command("monitoring")
 def render_monitoring_cmd(
-    spec_file: SpecArg,
+    ctx: typer.Context,
+    spec_file: SpecFileArg = None,
+    spec_opt: SpecFileOpt = None,
     out_dir: Annotated[
         Path | None,
         typer.Option("-o", "--out", help="Write the files here [default: print them]."),
@@ -169,7 +209,7 @@ def render_monitoring_cmd(
     from gpuspark.monitor.render import check_commands, render_monitoring, write_monitoring
     from gpuspark.spec import load_spec
 
-    spec = load_spec(spec_file)
+    spec = load_spec(spec_path(ctx, spec_file, spec_opt))
     if out_dir is not None:
         check_dir_option(out_dir, "--out")
     files = render_monitoring(spec, targets_dir=targets_dir)
@@ -251,7 +291,9 @@ def _yarn_version(value: str) -> str:
 
 @render_app.command("yarn")
 def render_yarn_cmd(
-    spec_file: SpecArg,
+    ctx: typer.Context,
+    spec_file: SpecFileArg = None,
+    spec_opt: SpecFileOpt = None,
     out_dir: OutOpt = None,
     yarn_version: Annotated[
         str,
@@ -266,7 +308,8 @@ def render_yarn_cmd(
 ) -> None:
     """Render capacity-scheduler.xml (a queue per team), resource-types.xml, the yarn-site GPU
     snippet and each team's spark.yarn.queue."""
-    _render_quota(spec_file, "yarn", out_dir, json_out, yarn_version=yarn_version)
+    path = spec_path(ctx, spec_file, spec_opt)
+    _render_quota(path, "yarn", out_dir, json_out, yarn_version=yarn_version)
 
 
 def _kueue_api(value: str) -> str:
@@ -281,7 +324,9 @@ def _kueue_api(value: str) -> str:
 
 @render_app.command("kueue")
 def render_kueue_cmd(
-    spec_file: SpecArg,
+    ctx: typer.Context,
+    spec_file: SpecFileArg = None,
+    spec_opt: SpecFileOpt = None,
     out_dir: OutOpt = None,
     kueue_api: Annotated[
         str,
@@ -296,14 +341,17 @@ def render_kueue_cmd(
 ) -> None:
     """Render Kueue ResourceFlavors, a ClusterQueue and LocalQueue per team, and each team's
     Spark settings."""
+    path = spec_path(ctx, spec_file, spec_opt)
     _render_quota(
-        spec_file, "kueue", out_dir, json_out, api=kueue_api, namespace_prefix=namespace_prefix
+        path, "kueue", out_dir, json_out, api=kueue_api, namespace_prefix=namespace_prefix
     )
 
 
 @render_app.command("volcano")
 def render_volcano_cmd(
-    spec_file: SpecArg,
+    ctx: typer.Context,
+    spec_file: SpecFileArg = None,
+    spec_opt: SpecFileOpt = None,
     out_dir: OutOpt = None,
     namespace_prefix: NamespacePrefixOpt = "",
     min_executors: Annotated[
@@ -318,7 +366,7 @@ def render_volcano_cmd(
 ) -> None:
     """Render a Volcano Queue per team, the PodGroup templates and each team's Spark settings."""
     _render_quota(
-        spec_file,
+        spec_path(ctx, spec_file, spec_opt),
         "volcano",
         out_dir,
         json_out,
@@ -329,7 +377,9 @@ def render_volcano_cmd(
 
 @render_app.command("k8s")
 def render_k8s_cmd(
-    spec_file: SpecArg,
+    ctx: typer.Context,
+    spec_file: SpecFileArg = None,
+    spec_opt: SpecFileOpt = None,
     out_dir: OutOpt = None,
     kueue_api: Annotated[
         str,
@@ -355,7 +405,7 @@ def render_k8s_cmd(
     from gpuspark.quota.render import K8S_RENDERER, quota_notes, render_k8s
     from gpuspark.spec import load_spec
 
-    spec = load_spec(spec_file)
+    spec = load_spec(spec_path(ctx, spec_file, spec_opt))
     if out_dir is not None:
         check_dir_option(out_dir, "--out")
     opts: dict[str, Any] = {"api": kueue_api, "namespace_prefix": namespace_prefix}

@@ -2,7 +2,8 @@
 
 Each command group lives in its own module and is registered here; a command parses, calls
 one library function and prints a table or ``--json``. Known errors become one line and exit
-code 1 (``GPUSPARK_DEBUG=1`` shows the traceback).
+code 1 (``GPUSPARK_DEBUG=1`` shows the traceback); a command given ``--json`` prints any
+failure as one JSON object instead (``error``, ``remedy``, ``exit_code``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,11 @@ import typer
 
 from gpuspark import __version__
 from gpuspark._util import envvars
+from gpuspark.cli._common import new_app, print_json
 from gpuspark.errors import GpusparkError
 
-app = typer.Typer(
-    name="gpuspark",
-    help="Spark + PyTorch DDP on shared GPU clusters.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+app = new_app(
+    name="gpuspark", help="Spark + PyTorch DDP on shared GPU clusters.", no_args_is_help=True
 )
 
 
@@ -115,11 +112,50 @@ def _register() -> None:
 _register()
 
 
-def _report(exc: BaseException) -> int:
+def _report(exc: GpusparkError, argv: list[str] | None) -> int:
     if os.environ.get(envvars.DEBUG.name) == "1":
         traceback.print_exception(exc)
-    sys.stderr.write(f"error: {exc}\n")
-    return 1
+    return _fail(f"error: {exc}", exc.message, exc.remedy, 1, argv)
+
+
+def _fail(line: str, error: str, remedy: str | None, code: int, argv: list[str] | None) -> int:
+    """Say why the command failed and return ``code``: ``line`` on stderr, or, when the
+    command was given ``--json``, one JSON object on stdout (``error``, ``remedy``,
+    ``exit_code``) that a script reads as it reads the command's output."""
+    if _json_wanted(sys.argv[1:] if argv is None else argv):
+        print_json({"error": error, "remedy": remedy, "exit_code": code})
+    else:
+        sys.stderr.write(line + "\n")
+    return code
+
+
+def _json_wanted(argv: list[str]) -> bool:
+    """Whether the command that ``argv`` names was given ``--json``: the words parsed again as
+    shell completion parses them (leniently: errors ignored, nothing run), down to the last
+    command named, whose own ``--json`` counts (after launch's SCRIPT it is the script's)."""
+    try:
+        ctx = _resolved(argv)
+    except Exception:  # a failure is being reported: it must not fail in its turn
+        return False
+    return any(
+        "--json" in param.opts and ctx.params.get(param.name) is True
+        for param in ctx.command.params
+    )
+
+
+def _resolved(argv: list[str]) -> Any:
+    """The click context of the last command ``argv`` names, parsed leniently."""
+    cmd = _command()
+    ctx = cmd.make_context("gpuspark", list(argv), resilient_parsing=True)
+    while getattr(cmd, "commands", None):
+        args = [*ctx._protected_args, *ctx.args]  # the subcommand and its words, as click's
+        # shell completion (_resolve_context) reads them: no public name holds them
+        name, sub, rest = cmd.resolve_command(ctx, args) if args else (None, None, [])
+        if sub is None:
+            break
+        ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=True)
+        cmd = sub
+    return ctx
 
 
 def _path_error(exc: OSError) -> GpusparkError:
@@ -185,8 +221,9 @@ def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
         traceback.print_exception(exc)
     words = _command_words(sys.argv[1:] if argv is None else argv)
     kept = _kept(words)
-    sys.stderr.write(f"interrupted: {words} stopped; {kept}\n")
-    return 130
+    return _fail(
+        f"interrupted: {words} stopped; {kept}", f"{words} was interrupted; {kept}", None, 130, argv
+    )
 
 
 EMPTY_ALLOWED = frozenset({"--namespace-prefix", "script_args"})
@@ -236,13 +273,13 @@ def _checked(param: Any, process: Any, finite: bool) -> Any:
     return check
 
 
-def _usage_error(exc: Exception, message: str, code: int) -> int:
+def _usage_error(exc: Exception, message: str, code: int, argv: list[str] | None) -> int:
     """A usage error in one line: what is wrong, and where the command's help is."""
     ctx = getattr(exc, "ctx", None)
     path = getattr(ctx, "command_path", None) or "gpuspark"
     text = " ".join(message.split())
-    sys.stderr.write(f"error: {text} (see '{path} --help')\n")
-    return code
+    see = f"see '{path} --help'"
+    return _fail(f"error: {text} ({see})", text, see, code, argv)
 
 
 def _kept(words: str) -> str:
@@ -288,18 +325,17 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a py4j error of its own: as any unexpected error
         return _interrupted(exc, argv)
     except GpusparkError as exc:
-        return _report(exc)
+        return _report(exc, argv)
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
-        return _report(_path_error(exc))
+        return _report(_path_error(exc), argv)
     except OSError as exc:
         if not _disk_full(exc):
             raise
-        return _report(_disk_full_error(argv))
+        return _report(_disk_full_error(argv), argv)
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except typer.Abort:
-        sys.stderr.write("aborted\n")
-        return 1
+        return _fail("aborted", "aborted", None, 1, argv)
     except Exception as exc:
         # Usage errors are click exceptions: they show themselves and carry their exit code.
         # typer vendors click privately, so they are recognised by that interface, not by class.
@@ -308,9 +344,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(message() + "\n")  # type: ignore[misc]
             return int(code)  # type: ignore[arg-type]
         if callable(message) and isinstance(code, int):
-            return _usage_error(exc, message(), code)
+            return _usage_error(exc, message(), code, argv)
         if _disk_full(exc):  # a Spark task's ENOSPC reaches the driver as a Spark error
-            return _report(_disk_full_error(argv))
+            return _report(_disk_full_error(argv), argv)
         raise
     if rc == 130:  # typer returns a Ctrl-C inside a command as exit code 130
         return _interrupted(None, argv)
