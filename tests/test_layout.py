@@ -223,6 +223,12 @@ LAZY_IMPORTS: list[tuple[str, str, str]] = [
         "runs in the task's forked or spawned process, after the fork",
     ),
     (
+        "gpuspark.monitor.rank_settings",
+        "gpuspark.spec",
+        "heavy: the spec's models (pydantic) load only where a rank reads a spec; an elastic "
+        "agent on an executor imports this module for the endpoint files alone",
+    ),
+    (
         "gpuspark.plan.*",
         "gpuspark.train.recipes",
         "heavy: the recipes import numpy (their models torch); the planner's formulas do not",

@@ -40,6 +40,7 @@ RUN_FLAGS = {
     # `gpuspark train` options that are not RecipeConfig: where and how the run goes.
     "num_processes",
     "gpus_per_process",
+    "processes_per_task",
     "local",
     "max_restarts",
     "max_attempts",
@@ -227,3 +228,24 @@ def test_a_bad_window_is_a_usage_error(value: str, capsys: pytest.CaptureFixture
 
 class _Stopped(Exception):
     pass
+
+
+def test_nproc_per_node_reaches_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `train --nproc-per-node` is launch's processes_per_task (LOCAL_WORLD_SIZE, HSDP's shard
+    # group): the driver passes it to gpuspark.launch.run, stopped before any rank starts.
+    from gpuspark import launch
+    from gpuspark.cli.main import main
+    from gpuspark.train.recipes import driver
+
+    seen: dict[str, Any] = {}
+
+    def run(*args: Any, **how: Any) -> None:
+        seen.update(how)
+        raise _Stopped
+
+    monkeypatch.setattr(launch, "run", run)
+    monkeypatch.setattr(driver, "preflight", lambda name, cfg, **kw: recipes.get_recipe(name))
+    monkeypatch.setattr(driver, "clear_earlier_run", lambda cfg: None)
+    with pytest.raises(_Stopped):
+        main(["train", "tabular", "--data", "ds", "-n", "4", "--nproc-per-node", "2", "--local"])
+    assert seen["num_processes"] == 4 and seen["processes_per_task"] == 2

@@ -39,6 +39,17 @@ def _run_options(
         int, typer.Option("--num-processes", "-n", help="Training processes (ranks).", min=1)
     ] = 2,
     gpus_per_process: Annotated[float, typer.Option(help="GPUs per rank.")] = 1,
+    processes_per_task: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc-per-node",
+            "--processes-per-task",
+            help="Ranks per Spark task, i.e. per node (torchrun's --nproc-per-node; sets "
+            "LOCAL_WORLD_SIZE, the shard group of --strategy hsdp) [default: 1 on Spark, "
+            "all ranks with --local].",
+            min=1,
+        ),
+    ] = None,
     local: Annotated[
         bool, typer.Option(help="Run ranks as local processes, not on Spark.")
     ] = False,

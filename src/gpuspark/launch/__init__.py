@@ -26,11 +26,37 @@ Nothing here imports torch or pyspark at import time.
 
 from __future__ import annotations
 
-from gpuspark.errors import LaunchError
-from gpuspark.launch.api import prepare, run, run_request
-from gpuspark.launch.preflight import ExecutorCapacity, check_capacity, check_conf, check_python
-from gpuspark.launch.ranks import restart_count
-from gpuspark.launch.request import LaunchRequest, make_request
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuspark.errors import LaunchError
+    from gpuspark.launch.api import prepare, run, run_request
+    from gpuspark.launch.preflight import (
+        ExecutorCapacity,
+        check_capacity,
+        check_conf,
+        check_python,
+    )
+    from gpuspark.launch.ranks import restart_count
+    from gpuspark.launch.request import LaunchRequest, make_request
+
+_LAZY = {
+    "ExecutorCapacity": "gpuspark.launch.preflight",
+    "LaunchError": "gpuspark.errors",
+    "LaunchRequest": "gpuspark.launch.request",
+    "check_capacity": "gpuspark.launch.preflight",
+    "check_conf": "gpuspark.launch.preflight",
+    "check_python": "gpuspark.launch.preflight",
+    "make_request": "gpuspark.launch.request",
+    "prepare": "gpuspark.launch.api",
+    "restart_count": "gpuspark.launch.ranks",
+    "run": "gpuspark.launch.api",
+    "run_request": "gpuspark.launch.api",
+}
+"""Where each public name lives: loaded on first use, so that a barrier task on an executor,
+which needs only :mod:`~gpuspark.launch.spark` and ``_internal``, does not import the driver
+side (sessions, the spec's models) first."""
 
 __all__ = [
     "ExecutorCapacity",
@@ -45,3 +71,10 @@ __all__ = [
     "run",
     "run_request",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuspark.launch' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

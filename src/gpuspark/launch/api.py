@@ -18,6 +18,7 @@ from gpuspark.launch.request import OPTIONS, LaunchRequest, build_request
 from gpuspark.launch.results import rank0_value, result_error, timeout_error
 from gpuspark.launch.run_targets import RunTargets
 from gpuspark.launch.spark import run_barrier
+from gpuspark.spec.network import hosts_network_env
 
 __all__ = ["prepare", "run", "run_request"]
 
@@ -74,6 +75,7 @@ def _adopt(req: LaunchRequest, job: JobContext) -> JobContext:
     if req.metrics_port is None:
         req.metrics_port = int(job.spec.monitoring.metrics_port)
     req.metrics_host = req.metrics_host or str(job.spec.monitoring.metrics_host)
+    req.host_env = req.host_env or hosts_network_env(job.spec)
     return job
 
 

@@ -46,14 +46,19 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def rank_env(req: LaunchRequest, run_id: str, attempt: int, backend: str) -> dict[str, str]:
-    """The ``GPUSPARK_*`` variables of every rank of this attempt, then the request's ``env``.
+def rank_env(
+    req: LaunchRequest, run_id: str, attempt: int, backend: str, host: str | None = None
+) -> dict[str, str]:
+    """The ``GPUSPARK_*`` variables of every rank of this attempt, the spec's network
+    variables of this task's ``host`` (:attr:`LaunchRequest.host_env`, looked up by ``host``
+    and this machine's name), then the request's ``env``.
 
     Run id, attempt, backend, and the metrics settings (``GPUSPARK_TEAM``,
     ``GPUSPARK_METRICS_PORT``, ``GPUSPARK_METRICS_HOST``) that
     :func:`gpuspark.monitor.exporter.serve` reads in the rank.
     """
-    env = {
+    env = _network_env(req, host)
+    env |= {
         envvars.RUN_ID.name: run_id,
         envvars.ATTEMPT.name: str(attempt),
         envvars.BACKEND.name: backend,
@@ -67,6 +72,21 @@ def rank_env(req: LaunchRequest, run_id: str, attempt: int, backend: str) -> dic
         env[envvars.METRICS_HOST.name] = req.metrics_host
     env.update({str(k): str(v) for k, v in req.env.items()})
     return env
+
+
+def _network_env(req: LaunchRequest, host: str | None) -> dict[str, str]:
+    """This task's entry of ``req.host_env``, by the task's host, then this machine's name
+    and full name, each as given and short (the keys
+    :func:`~gpuspark.spec.network.hosts_network_env` writes); empty when none is listed."""
+    if not req.host_env:
+        return {}
+    import socket
+
+    for name in (host, socket.gethostname(), socket.getfqdn()):
+        for key in (name, (name or "").split(".", 1)[0].lower()):
+            if key and key in req.host_env:
+                return dict(req.host_env[key])
+    return {}
 
 
 def rank_map(tasks: Sequence[dict[str, Any]], per_task: int, gpus_per_process: int) -> str:

@@ -76,6 +76,11 @@ class LaunchRequest:
     (elsewhere they start in the executor's work folder)."""
     driver_machine: str = field(default_factory=machine_key)
     """:func:`~gpuspark._util.procs.machine_key` of the driver."""
+    host_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """The spec's network variables (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``,
+    ``NCCL_IB_HCA``, ``NCCL_IB_GID_INDEX``) per host name, short name and address
+    (:func:`gpuspark.spec.network.hosts_network_env`): each task looks its host up; ``env``
+    wins over them."""
     driver_python: tuple[int, int] = field(default_factory=_python_version)
     """The driver's Python (major, minor): every barrier task compares its own with it before
     any rank starts (cloudpickle needs the same version on both sides)."""

@@ -84,7 +84,7 @@ def _barrier_partition(
             sink.notice("info", {"text": f"backend {backend} ({why}); ranks: {ranks}"})
             if not workdir:
                 sink.notice("info", {"text": _WORKDIR_NOTE})
-        env = rank_env(req, run_id, attempt, backend)
+        env = rank_env(req, run_id, attempt, backend, host)
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         spec = TaskSetup(

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpuspark._util import envvars
 from gpuspark.errors import LaunchError
-from gpuspark.spec import SPEC_ENV, find_team, resolve_spec
 from gpuspark.storage import atomic_write_text
 
 if TYPE_CHECKING:
@@ -98,13 +97,15 @@ def _spec_defaults(spec: ClusterSpec | None) -> tuple[int, str]:
     if spec is not None:
         return int(spec.monitoring.metrics_port), str(spec.monitoring.metrics_host)
 
-    return _env_spec_defaults(os.environ.get(SPEC_ENV) or None)
+    return _env_spec_defaults(os.environ.get(envvars.SPEC.name) or None)
 
 
 @functools.lru_cache(maxsize=4)
 def _env_spec_defaults(path: str | None) -> tuple[int, str]:
     """The spec ``$GPUSPARK_SPEC`` names (or the default one), read once per process: every
     ``fit`` asks, and parsing a spec takes milliseconds."""
+
+    from gpuspark.spec import resolve_spec
 
     mon = resolve_spec(path).monitoring
     return int(mon.metrics_port), str(mon.metrics_host)
@@ -143,6 +144,7 @@ def check_team(team: str | None, spec: ClusterSpec | None) -> str:
     (:func:`gpuspark.spec.find_team`)."""
     if not team:
         return ""
+    from gpuspark.spec import find_team, resolve_spec
 
     return find_team(resolve_spec(spec), team).name
 

@@ -104,6 +104,7 @@ def run(
     *,
     num_processes: int = 2,
     gpus_per_process: float = 1,
+    processes_per_task: int | None = None,
     spark: Any = None,
     master: str | None = None,
     spec: Any = None,
@@ -122,7 +123,8 @@ def run(
     Ranks run in a Spark barrier stage on ``spark``, else on ``master`` or the spec's master
     (the embedded cluster by default, started for the job when none runs; see
     :func:`gpuspark.cluster.session.job_session`); with ``local=True`` they are plain
-    processes of this machine.
+    processes of this machine. ``processes_per_task``: ranks per Spark task, i.e. per node
+    (default 1; ``LOCAL_WORLD_SIZE``, the shard group of ``strategy="hsdp"``).
 
     Every rank serves Prometheus metrics on ``metrics_port + local rank`` (default: the
     spec's ``[monitoring]``; 0: off), labelled with ``team`` (one of the spec's ``[[teams]]``).
@@ -150,6 +152,7 @@ def run(
     kwargs: dict[str, Any] = {
         "num_processes": num_processes,
         "gpus_per_process": gpus_per_process,
+        "processes_per_task": processes_per_task,
         "timeout": timeout,
         "env": env,
         "metrics_port": metrics_port,
