@@ -91,6 +91,46 @@ def spec_path(ctx: typer.Context, argument: Path | None, option: Path | None) ->
     return argument
 
 
+def deprecated(old: str, new: str) -> None:
+    """One ``deprecated:`` line on stderr: ``old`` still works this release; use ``new``."""
+    sys.stderr.write(f"deprecated: {old}; use {new} (the old form goes in the next release)\n")
+
+
+SPLIT_FORM = "train=F,val=F[,test=F] such as train=0.8,val=0.1,test=0.1 (train: the rest)"
+"""The one split syntax of every ``prep`` command (and what a bad ``--split`` names)."""
+
+_SPLIT_NAMES = ("train", "val", "test")
+
+
+def parse_split(text: str, option: str = "--split", *, allow_none: bool = False) -> Any:
+    """``train=0.8,val=0.1,test=0.1`` (any of the names, in any order; a missing ``train``
+    gets the rest) -> ``(train, val[, test])``; ``none`` (where ``allow_none``) -> ``None``.
+    The old spellings still work, with a ``deprecated:`` line: bare fractions
+    ``0.8,0.1,0.1`` and text's ``val=0.05``-without-train (which means the same)."""
+    if allow_none and text.strip().lower() == "none":
+        return None
+    if "=" not in text:
+        out = parse_numbers(text, float, None, option, SPLIT_FORM)
+        named = ",".join(f"{n}={v:g}" for n, v in zip(_SPLIT_NAMES, out or (), strict=False))
+        deprecated(f"{option} {text} (bare fractions)", f"{option} {named}")
+        return out
+    parts: dict[str, float] = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        name = name.strip()
+        try:
+            if name not in _SPLIT_NAMES or name in parts:
+                raise ValueError(name)
+            parts[name] = float(value)
+        except ValueError:
+            raise typer.BadParameter(
+                f"expected {SPLIT_FORM}, got {text!r}", param_hint=option
+            ) from None
+    val, test = parts.get("val", 0.0), parts.get("test")
+    train = parts.get("train", 1.0 - val - (test or 0.0))
+    return (train, val) if test is None else (train, val, test)
+
+
 _INTERRUPT_NOTE: list[Callable[[], str] | None] = [None]
 
 

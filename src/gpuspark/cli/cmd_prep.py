@@ -9,11 +9,14 @@ from typing import Annotated, Any
 import typer
 
 from gpuspark.cli._common import (
+    SPLIT_FORM,
     JsonOpt,
     MasterOpt,
     SpecOpt,
+    deprecated,
     new_app,
     parse_numbers,
+    parse_split,
     print_json,
     print_table,
 )
@@ -94,9 +97,18 @@ def _triple(text: str | None, kind: type, option: str) -> Any:
 
 
 def _split(text: str, option: str = "--split") -> Any:
-    return parse_numbers(
-        text, float, None, option, "fractions train,val[,test] such as 0.8,0.1,0.1"
-    )
+    return parse_split(text, option)
+
+
+def _codec(codec: str | None, compression: str | None) -> str | None:
+    """``--codec``, or the deprecated ``--compression`` of ``prep parquet`` (a name that means
+    gradient compression everywhere else)."""
+    if compression is None:
+        return codec
+    if codec is not None:
+        raise typer.BadParameter("give --codec only (--compression is its old name)")
+    deprecated(f"prep parquet --compression {compression}", f"--codec {compression}")
+    return compression
 
 
 def _window(text: str) -> Any:
@@ -155,8 +167,8 @@ def images(
         bool, typer.Option(help="Re-encode as JPEG with the shorter side = SIZE.")
     ] = False,
     split: Annotated[
-        str, typer.Option(help="Fractions train,val[,test] by a hash of the path.")
-    ] = "0.9,0.1",
+        str, typer.Option(help=f"Split by a hash of the path: {SPLIT_FORM}.")
+    ] = "train=0.9,val=0.1",
     world_size: WorldOpt = None,
     num_shards: ShardsOpt = None,
     overwrite: OverwriteOpt = False,
@@ -201,8 +213,8 @@ def dicom(
     ] = "soft-tissue",
     dtype: Annotated[str, typer.Option(help="Windowed output type: uint8 or float16.")] = "uint8",
     split: Annotated[
-        str, typer.Option(help="Fractions train,val,test by patient.")
-    ] = "0.8,0.1,0.1",
+        str, typer.Option(help=f"Split by patient: {SPLIT_FORM}.")
+    ] = "train=0.8,val=0.1,test=0.1",
     world_size: WorldOpt = None,
     num_shards: ShardsOpt = None,
     overwrite: OverwriteOpt = False,
@@ -264,8 +276,8 @@ def parquet(
         typer.Option(help="Categorical columns a,b [default: the string and boolean features]."),
     ] = None,
     split: Annotated[
-        str, typer.Option(help="Fractions train,val[,test] by a hash of the id.")
-    ] = "0.8,0.1,0.1",
+        str, typer.Option(help=f"Split by a hash of the id: {SPLIT_FORM}.")
+    ] = "train=0.8,val=0.1,test=0.1",
     world_size: WorldOpt = None,
     num_shards: ShardsOpt = None,
     block_rows: Annotated[int, typer.Option(min=1, help="Rows per record (block).")] = 4096,
@@ -273,8 +285,10 @@ def parquet(
         int, typer.Option(min=1, help="Most frequent values kept per categorical column.")
     ] = 1000,
     overwrite: OverwriteOpt = False,
+    codec: Annotated[str | None, typer.Option(help="Record codec: zstd [default: none].")] = None,
     compression: Annotated[
-        str | None, typer.Option(help="Record compression: zstd [default: none].")
+        str | None,
+        typer.Option(hidden=True, help="Deprecated: the record codec; use --codec."),
     ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,
@@ -301,33 +315,13 @@ def parquet(
             block_rows=block_rows,
             max_vocab=max_vocab,
             overwrite=overwrite,
-            compression=compression,
+            compression=_codec(codec, compression),
             master=master,
             spec=spec,
             progress=progress,
             team=team,
         )
     _summary(res, json)
-
-
-def _named_split(text: str, option: str = "--split") -> Any:
-    """``val=0.05[,test=0.05]`` (train gets the rest), plain ``0.9,0.1``, or ``none``."""
-    if text.strip().lower() == "none":
-        return None
-    if "=" not in text:
-        return _split(text, option)
-    form = "val=F[,test=F] (train gets the rest), fractions train,val[,test], or none"
-    parts: dict[str, float] = {}
-    for item in text.split(","):
-        name, _, value = item.partition("=")
-        try:
-            parts[name.strip()] = float(value)
-        except ValueError:
-            raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option) from None
-    if not set(parts) <= {"val", "test"}:
-        raise typer.BadParameter(f"expected {form}, got {text!r}", param_hint=option)
-    val, test = parts.get("val", 0.0), parts.get("test", 0.0)
-    return (1.0 - val - test, val, test) if "test" in parts else (1.0 - val, val)
 
 
 def text(
@@ -354,10 +348,8 @@ def text(
     ] = 100_000,
     split: Annotated[
         str,
-        typer.Option(
-            help="val=F[,test=F] by a hash of the document id (train: the rest), or none."
-        ),
-    ] = "val=0.05",
+        typer.Option(help=f"Split by a hash of the document id: {SPLIT_FORM}, or none."),
+    ] = "train=0.95,val=0.05",
     world_size: WorldOpt = None,
     num_shards: ShardsOpt = None,
     overwrite: OverwriteOpt = False,
@@ -370,7 +362,7 @@ def text(
     corpus (saved with the dataset), tokenises on Spark, packs [CLS] ... [SEP] sequences."""
     from gpuspark.data.prep import prep_text
 
-    fractions = _named_split(split)
+    fractions = parse_split(split, allow_none=True)
     with _progress_bar(not json) as progress:
         res = prep_text(
             src,

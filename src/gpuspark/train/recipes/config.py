@@ -113,10 +113,14 @@ class ParallelConfig:
     parameters, gradients and optimizer state) or ``"hsdp"`` (sharded within a node,
     replicated across nodes); see :func:`gpuspark.train.prepare`."""
     compression: str | None = option(
-        None, cli="Gradient compression (ddp only): fp16, bf16 or powersgd."
+        None,
+        cli="Gradient compression (ddp only): fp16, bf16, powersgd or powersgd:R (R: its "
+        "matrix rank, as in gpuspark plan).",
     )
-    """DDP gradient compression (``fp16``, ``bf16``, ``powersgd``); refused with fsdp/hsdp."""
-    powersgd_rank: int = option(2, cli="PowerSGD matrix rank.")
+    """DDP gradient compression (``fp16``, ``bf16``, ``powersgd``, or ``powersgd:R`` which
+    sets :attr:`powersgd_rank` too, the syntax of ``gpuspark plan``); refused with
+    fsdp/hsdp."""
+    powersgd_rank: int = option(2, cli="PowerSGD matrix rank (or --compression powersgd:R).")
     """PowerSGD matrix rank."""
     powersgd_start_iter: int = 10
     """Steps of plain allreduce before PowerSGD starts."""
@@ -128,7 +132,22 @@ class ParallelConfig:
     def __post_init__(self) -> None:
         from gpuspark.train.fsdp import check_strategy  # see tests/test_layout.py
 
+        if self.compression is not None and self.compression.startswith("powersgd:"):
+            self.compression, self.powersgd_rank = "powersgd", _powersgd_rank(self.compression)
         check_strategy(self.strategy, self.compression)
+
+
+def _powersgd_rank(text: str) -> int:
+    """``powersgd:R`` -> R (a whole number >= 1), else one-line error naming the form."""
+    from gpuspark.errors import RecipeError
+
+    rank = text.partition(":")[2]
+    if not rank.isdigit() or int(rank) < 1:
+        raise RecipeError(
+            f"compression {text!r}: expected powersgd:R with R a whole number >= 1",
+            remedy="e.g. --compression powersgd:4",
+        )
+    return int(rank)
 
 
 @dataclass
