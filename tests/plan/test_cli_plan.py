@@ -99,8 +99,8 @@ def test_plan_does_not_import_torch() -> None:
 @pytest.mark.slow
 def test_calibrate_then_plan_with_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cal = tmp_path / "cal.json"
-    args = ["plan", "calibrate", "--depth", "10", "--width", "0.25", "--input", "1,16,16,16",
-            "--out", str(cal)]  # fmt: skip
+    args = ["plan", "calibrate", "--local", "--depth", "10", "--width", "0.25", "--input",
+            "1,16,16,16", "--out", str(cal)]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "busbw (GB/s)" in out and "decode jpeg" in out and "end-of-backward wait" in out

@@ -359,7 +359,8 @@ def test_calibrate_refuses_before_any_rank_starts(
     no_work: None,
 ) -> None:
     out = tmp_path / "cal.json"
-    refused(["plan", "calibrate", *args, "--out", str(out)], capsys, *texts)
+    # --local: the memory and core limits are this machine's (on Spark, the executors')
+    refused(["plan", "calibrate", "--local", *args, "--out", str(out)], capsys, *texts)
     assert not out.exists()
 
 
@@ -368,8 +369,9 @@ def test_local_ranks_and_threads_stop_at_the_cores(
 ) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 4)
     out = ["--out", str(tmp_path / "c.json")]
-    refused(["plan", "calibrate", "-n", "5", *out], capsys, "from 2 to 4", "4 cores", "--spark")
-    refused(["plan", "calibrate", "--threads", "5", *out], capsys, "from 1 to 4")
+    local = ["plan", "calibrate", "--local"]
+    refused([*local, "-n", "5", *out], capsys, "from 2 to 4", "4 cores", "without --local")
+    refused([*local, "--threads", "5", *out], capsys, "from 1 to 4")
 
 
 def test_the_smallest_input_is_what_the_network_takes() -> None:

@@ -42,6 +42,7 @@ RUN_FLAGS = {
     "gpus_per_process",
     "processes_per_task",
     "local",
+    "no_local",
     "max_restarts",
     "max_attempts",
     "metrics_port",

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpuspark.cli._checks import check_output_file
-from gpuspark.cli._common import JsonOpt, SpecOpt, echo, new_app, print_json, print_table
+from gpuspark.cli._common import (
+    JsonOpt,
+    SpecOpt,
+    deprecated,
+    echo,
+    new_app,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from gpuspark.plan import Calibration, PlanRequest, Workload
@@ -313,8 +321,14 @@ def calibrate_cmd(
     ranks: Annotated[
         int, typer.Option("-n", "--num-processes", help="Ranks, >= 2 (local: up to the cores).")
     ] = 2,
+    local: Annotated[
+        bool, typer.Option("--local", help="Ranks on this machine, not on the Spark cluster.")
+    ] = False,
     spark: Annotated[
-        bool, typer.Option("--spark/--local", help="Ranks on the Spark cluster or locally.")
+        bool,
+        typer.Option(
+            "--spark", hidden=True, help="Deprecated: ranks on Spark are the default now."
+        ),
     ] = False,
     out: Annotated[
         Path | None,
@@ -339,7 +353,9 @@ def calibrate_cmd(
         options["depth"] = depth
     opts = CalibrateOptions(recipe=recipe, options=options, input_shape=parse_shape(input_shape),
                             batch=batch, threads=threads, ranks=ranks)  # fmt: skip
-    cal = calibrate(opts, spec=spec_obj, local=not spark)
+    if spark:
+        deprecated("plan calibrate --spark", "no flag: ranks run on Spark by default")
+    cal = calibrate(opts, spec=spec_obj, local=local)
     path = save_calibration(cal, target)
     if json_out:
         print_json({"path": str(path), **cal.as_dict()})

@@ -16,6 +16,7 @@ from gpuspark.cli._common import (
     JsonOpt,
     MasterOpt,
     SpecOpt,
+    deprecated,
     echo,
     on_interrupt,
     print_json,
@@ -51,7 +52,10 @@ def _run_options(
         ),
     ] = None,
     local: Annotated[
-        bool, typer.Option(help="Run ranks as local processes, not on Spark.")
+        bool, typer.Option("--local", help="Run ranks as local processes, not on Spark.")
+    ] = False,
+    no_local: Annotated[
+        bool, typer.Option("--no-local", hidden=True, help="Deprecated: Spark is the default.")
     ] = False,
     max_restarts: Annotated[
         int,
@@ -97,6 +101,8 @@ def train(recipe: str, **options: Any) -> None:
     from gpuspark.train import recipes
 
     run = {name: options.pop(name) for name in _RUN_NAMES}
+    if run.pop("no_local"):
+        deprecated("train --no-local", "no flag: ranks run on Spark by default")
     directory = options.get("checkpoint_dir")
     on_interrupt(lambda: _kept_on_interrupt(directory))
     cfg = recipes.RecipeConfig(**_config_values(recipe, options))

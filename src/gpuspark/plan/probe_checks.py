@@ -136,7 +136,9 @@ def _check_machine(opts: CalibrateOptions) -> None:
     memory the compute probes need within its memory."""
     cores = os.cpu_count() or 1
     Range("-n/--num-processes", 2, max(2, cores), whole=True).check(
-        opts.ranks, remedy=f"this machine has {cores} cores; use --spark for more ranks"
+        opts.ranks,
+        remedy=f"this machine has {cores} cores; run on the Spark cluster (without --local) "
+        "for more ranks",
     )
     Range("--threads", 1, cores, whole=True).check(
         opts.threads, remedy=f"this machine has {cores} cores"
