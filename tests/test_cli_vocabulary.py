@@ -82,3 +82,22 @@ def test_train_takes_plans_powersgd_syntax(monkeypatch: pytest.MonkeyPatch) -> N
     main(["train", "tabular", "--data", "ds", "--compression", "powersgd:4"])
     assert (seen[0].parallel.compression, seen[0].parallel.powersgd_rank) == ("powersgd", 4)
     assert main(["train", "tabular", "--data", "ds", "--compression", "powersgd:0"]) == 1
+
+
+def test_every_out_option_is_also_dash_o() -> None:
+    # One way to name where a command writes: -o/--out (or a positional destination).
+    import click
+    import typer.main
+
+    from gpuspark.cli.main import app
+
+    def walk(cmd: click.Command, path: str) -> list[tuple[str, click.Parameter]]:
+        found = [(path, p) for p in cmd.params]
+        for name, sub in getattr(cmd, "commands", {}).items():
+            found += walk(sub, f"{path} {name}")
+        return found
+
+    for path, param in walk(typer.main.get_command(app), "gpuspark"):
+        opts = getattr(param, "opts", [])
+        if "--out" in opts:
+            assert "-o" in opts, f"{path}: --out without -o"

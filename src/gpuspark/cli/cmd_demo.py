@@ -13,7 +13,9 @@ from gpuspark.cli._common import JsonOpt, SpecOpt, echo, print_json, print_table
 def demo(
     studies: Annotated[int, typer.Option(help="Synthetic CT studies to generate.", min=1)] = 200,
     epochs: Annotated[int, typer.Option(help="Training epochs.", min=1)] = 12,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("gpuspark-demo"),
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")] = Path(
+        "gpuspark-demo"
+    ),
     seed: Annotated[int, typer.Option(help="Cohort and training seed.")] = 0,
     spec: SpecOpt = None,
     json_out: JsonOpt = False,

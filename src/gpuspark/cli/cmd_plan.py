@@ -333,6 +333,7 @@ def calibrate_cmd(
     out: Annotated[
         Path | None,
         typer.Option(
+            "-o",
             "--out",
             help="Where to write, in an existing folder [default: SPEC.calibration.json next "
             "to the spec, else ./gpuspark-calibration.json].",
