@@ -4,6 +4,7 @@ for one release with a ``deprecated:`` line."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -101,3 +102,62 @@ def test_every_out_option_is_also_dash_o() -> None:
         opts = getattr(param, "opts", [])
         if "--out" in opts:
             assert "-o" in opts, f"{path}: --out without -o"
+
+
+# --------------------------------------------------------------------------- --conf K=V
+
+
+def test_conf_goes_over_the_specs_spark_conf(tmp_path: Any) -> None:
+    from gpuspark.cli._common import spec_with_conf
+    from gpuspark.cluster.session import session_plan
+    from gpuspark.spec import example_spec
+
+    spec_file = tmp_path / "c.toml"
+    spec_file.write_text(example_spec())
+    assert spec_with_conf(spec_file, None) == spec_file  # nothing given: read where it runs
+    conf = ["spark.sql.shuffle.partitions=7", "spark.pyspark.python=/opt/venv/bin/python"]
+    spec = spec_with_conf(spec_file, [*conf, "spark.sql.shuffle.partitions=9"])  # later wins
+    plan = session_plan("spark://dgx01:7077", spec)
+    assert plan.conf["spark.sql.shuffle.partitions"] == "9"
+    # a spark.pyspark.python given by --conf is kept, as one from the spec (venv-pack)
+    assert plan.conf["spark.pyspark.python"] == "/opt/venv/bin/python"
+    assert plan.env["PYSPARK_PYTHON"] == "/opt/venv/bin/python"
+
+
+@pytest.mark.parametrize("item", ["spark.x", "x=1", "=1", "spark.=1"])
+def test_a_bad_conf_is_a_usage_error(item: str) -> None:
+    from gpuspark.cli._common import parse_conf
+
+    with pytest.raises(typer.BadParameter, match="K=V with a spark"):
+        parse_conf([item])
+
+
+@pytest.mark.parametrize(
+    "command", ["launch", "train", "prep images", "prep dicom", "prep parquet", "prep text",
+                "plan calibrate"],
+)  # fmt: skip
+def test_every_job_command_takes_conf(command: str) -> None:
+    import typer.main
+
+    from gpuspark.cli.main import app
+
+    cmd: Any = typer.main.get_command(app)
+    for word in command.split():
+        cmd = cmd.commands[word]
+    conf = next(p for p in cmd.params if p.name == "conf")
+    assert conf.multiple and "--conf" in conf.opts
+
+
+def test_launch_dry_run_shows_the_conf(tmp_path: Any, capsys: Any) -> None:
+    from gpuspark.cli.main import main
+
+    script = tmp_path / "t.py"
+    script.write_text("print(1)\n")
+    args = ["launch", "--dry-run", "--master", "spark://h:7077", "-n", "2", "--gpus-per-process"]
+    code = main([*args, "0", "--conf", "spark.network.timeout=301s", str(script)])
+    out = capsys.readouterr().out
+    assert code == 0 and "spark.network.timeout=301s" in out, out
+    code = main([*args, "0", "--conf", "spark.network.timeout=301s", "--json", str(script)])
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["session"]["conf"]["spark.network.timeout"] == "301s"
+    assert plan["session"]["master"] == "spark://h:7077"

@@ -55,6 +55,47 @@ SpecFileArg = Annotated[
     ),
 ]
 """The spec as a positional argument, the older form, kept for one release."""
+ConfOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--conf",
+        metavar="K=V",
+        help="A Spark setting (repeatable), applied over the spec's [spark.conf] as "
+        "spark-submit's --conf is over spark-defaults.conf.",
+    ),
+]
+
+
+def parse_conf(items: list[str] | None) -> dict[str, str]:
+    """``--conf K=V`` items -> ``{K: V}`` (later wins); a usage error for an item without ``=``
+    or whose key is no ``spark.`` property."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.startswith("spark.") or key == "spark.":
+            raise typer.BadParameter(
+                f"expected K=V with a spark.* key, got {item!r}", param_hint="--conf"
+            )
+        out[key] = value
+    return out
+
+
+def spec_with_conf(spec: Path | None, conf: list[str] | None) -> Any:
+    """The spec a job command passes on: ``spec`` as given without ``--conf``; else the spec
+    (``spec``, ``$GPUSPARK_SPEC`` or the default) read, with ``--conf`` over its
+    ``[spark.conf]``, so every session of the job gets it (and gpuspark keeps a
+    ``spark.pyspark.python`` given so, as one from the spec)."""
+    pairs = parse_conf(conf)
+    if not pairs:
+        return spec
+    from gpuspark.spec import resolve_spec
+
+    found = resolve_spec(spec)
+    spark = found.spark.model_copy(update={"conf": {**found.spark.conf, **pairs}})
+    return found.model_copy(update={"spark": spark})
+
+
 MasterOpt = Annotated[
     str | None,
     typer.Option(

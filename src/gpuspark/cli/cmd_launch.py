@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuspark.cli._common import JsonOpt, MasterOpt, SpecOpt, print_json
+from gpuspark.cli._common import (
+    ConfOpt,
+    JsonOpt,
+    MasterOpt,
+    SpecOpt,
+    print_json,
+    spec_with_conf,
+)
 
 if TYPE_CHECKING:
     from gpuspark.launch import LaunchRequest
@@ -121,6 +129,7 @@ def launch(
     ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,
+    conf: ConfOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it.
@@ -131,6 +140,7 @@ def launch(
     from gpuspark.launch import make_request, prepare, run_request
     from gpuspark.launch.cluster_total import check_cluster_total
 
+    spec = spec_with_conf(spec, conf)
     args = list(script_args or [])
     if args[:1] == ["--"]:  # the older form: train.py -- --epochs 1
         args = args[1:]
@@ -156,7 +166,14 @@ def launch(
     if dry_run:  # checked as the run would be (spec, team, its GPUs), then printed
         job = prepare(req, spec)
         check_cluster_total(req, job.master)
-        print_json(_plan(req)) if json_out else typer.echo(req.materialize())
+        session = None if req.local else _session_plan(job)
+        if json_out:
+            shown = dataclasses.asdict(session) if session is not None else None
+            print_json(_plan(req) | {"session": shown})
+        else:
+            typer.echo(req.materialize())
+            if session is not None:
+                typer.echo(f"session: {session.materialize()}")
         return
     start = time.monotonic()
     run_request(req, spec=spec)
@@ -166,6 +183,15 @@ def launch(
         print_json({"ok": True, "ranks": req.num_processes, "seconds": seconds, **logs})
     else:
         typer.echo(f"[gpuspark] {req.num_processes} ranks finished in {seconds} s")
+
+
+def _session_plan(job: Any) -> Any:
+    """The training session the launch would build (master, conf, environment), unstarted."""
+    from gpuspark.cluster.session import session_plan
+
+    args = job.session_args()
+    args.pop("reuse_active", None)
+    return session_plan(**args)
 
 
 def _plan(req: LaunchRequest) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import typer
 
 from gpuspark.cli._checks import check_output_file
 from gpuspark.cli._common import (
+    ConfOpt,
     JsonOpt,
     SpecOpt,
     deprecated,
@@ -17,6 +18,7 @@ from gpuspark.cli._common import (
     new_app,
     print_json,
     print_table,
+    spec_with_conf,
 )
 
 if TYPE_CHECKING:
@@ -299,6 +301,7 @@ def _default_out(spec: Path | None) -> Path:
 @plan_app.command("calibrate")
 def calibrate_cmd(
     spec: SpecOpt = None,
+    conf: ConfOpt = None,
     recipe: Annotated[
         str, typer.Option("--recipe", help="Network of the compute probe: resnet3d, resnet2d.")
     ] = "resnet3d",
@@ -346,7 +349,7 @@ def calibrate_cmd(
     from gpuspark.plan import CalibrateOptions, calibrate, save_calibration
     from gpuspark.spec import resolve_spec
 
-    spec_obj = resolve_spec(spec)  # a bad --spec is named as such, not as its --out
+    spec_obj = resolve_spec(spec_with_conf(spec, conf))  # a bad --spec is named as such
     target = out or _default_out(spec)
     check_output_file(target, "--out")
     options: dict[str, object] = {"width": width}

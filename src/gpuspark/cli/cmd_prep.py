@@ -10,6 +10,7 @@ import typer
 
 from gpuspark.cli._common import (
     SPLIT_FORM,
+    ConfOpt,
     JsonOpt,
     MasterOpt,
     SpecOpt,
@@ -19,6 +20,7 @@ from gpuspark.cli._common import (
     parse_split,
     print_json,
     print_table,
+    spec_with_conf,
 )
 from gpuspark.data.checks import WINDOW_NAMES  # window presets and raw HU; no numpy
 
@@ -174,6 +176,7 @@ def images(
     overwrite: OverwriteOpt = False,
     master: MasterOpt = None,
     spec: SpecOpt = None,
+    conf: ConfOpt = None,
     team: TeamOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -193,7 +196,7 @@ def images(
             num_shards=num_shards,
             overwrite=overwrite,
             master=master,
-            spec=spec,
+            spec=spec_with_conf(spec, conf),
             progress=progress,
             team=team,
         )
@@ -220,6 +223,7 @@ def dicom(
     overwrite: OverwriteOpt = False,
     master: MasterOpt = None,
     spec: SpecOpt = None,
+    conf: ConfOpt = None,
     team: TeamOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -244,7 +248,7 @@ def dicom(
             num_shards=num_shards,
             overwrite=overwrite,
             master=master,
-            spec=spec,
+            spec=spec_with_conf(spec, conf),
             progress=progress,
             team=team,
         )
@@ -292,6 +296,7 @@ def parquet(
     ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,
+    conf: ConfOpt = None,
     team: TeamOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -317,7 +322,7 @@ def parquet(
             overwrite=overwrite,
             compression=_codec(codec, compression),
             master=master,
-            spec=spec,
+            spec=spec_with_conf(spec, conf),
             progress=progress,
             team=team,
         )
@@ -355,6 +360,7 @@ def text(
     overwrite: OverwriteOpt = False,
     master: MasterOpt = None,
     spec: SpecOpt = None,
+    conf: ConfOpt = None,
     team: TeamOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -378,7 +384,7 @@ def text(
             num_shards=num_shards,
             overwrite=overwrite,
             master=master,
-            spec=spec,
+            spec=spec_with_conf(spec, conf),
             progress=progress,
             team=team,
         )

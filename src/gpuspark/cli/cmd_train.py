@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpuspark.cli._common import (
+    ConfOpt,
     JsonOpt,
     MasterOpt,
     SpecOpt,
@@ -21,6 +22,7 @@ from gpuspark.cli._common import (
     on_interrupt,
     print_json,
     print_table,
+    spec_with_conf,
 )
 from gpuspark.train.recipes.config import flag_fields
 
@@ -89,6 +91,7 @@ def _run_options(
     ] = None,
     master: MasterOpt = None,
     spec: SpecOpt = None,
+    conf: ConfOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The options of ``gpuspark train`` that are no :class:`RecipeConfig` field: which recipe,
@@ -101,6 +104,7 @@ def train(recipe: str, **options: Any) -> None:
     from gpuspark.train import recipes
 
     run = {name: options.pop(name) for name in _RUN_NAMES}
+    run["spec"] = spec_with_conf(run["spec"], run.pop("conf"))
     if run.pop("no_local"):
         deprecated("train --no-local", "no flag: ranks run on Spark by default")
     directory = options.get("checkpoint_dir")
