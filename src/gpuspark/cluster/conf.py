@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from gpuspark._util.spark_compat import PINNED_CONF
 from gpuspark.cluster.security import security_conf
 from gpuspark.schedulers import backend_for
 from gpuspark.spec import ClusterSpec
@@ -143,8 +144,9 @@ def _metrics_props() -> dict[str, str]:
 def driver_metrics_conf() -> dict[str, str]:
     """``metrics.properties`` as ``spark.metrics.conf.*`` application properties: the driver
     serves ``/metrics/prometheus`` on its UI port even where no ``metrics.properties`` is
-    deployed (the embedded cluster, a laptop, a notebook)."""
-    return {f"spark.metrics.conf.{k}": v for k, v in _metrics_props().items()}
+    deployed (the embedded cluster, a laptop, a notebook). Settings whose defaults differ
+    between Spark 3.5 and 4.x are pinned (``spark_compat.PINNED_CONF``)."""
+    return {f"spark.metrics.conf.{k}": v for k, v in _metrics_props().items()} | PINNED_CONF
 
 
 def metrics_properties(spec: ClusterSpec) -> str:
