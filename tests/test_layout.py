@@ -188,6 +188,17 @@ LAZY_IMPORTS: list[tuple[str, str, str]] = [
         "cycle: the table loader imports the table dataset's types",
     ),
     (
+        "gpuspark.data.frame",
+        "gpuspark.schedulers.connect",
+        "the scheduler backends load where a job starts on the driver, not where executors "
+        "unpickle the module's functions",
+    ),
+    (
+        "gpuspark.data.write.spark",
+        "gpuspark.schedulers.connect",
+        "the same: executors import the writer for its partition functions",
+    ),
+    (
         "gpuspark.data.prep.*",
         "gpuspark.data.write",
         "heavy: the writers import numpy; a prep job checks its arguments without it",

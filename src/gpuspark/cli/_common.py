@@ -100,7 +100,8 @@ MasterOpt = Annotated[
     str | None,
     typer.Option(
         "--master",
-        help="Spark master URL (spark://, yarn, k8s://, local[*]); default: the embedded cluster.",
+        help="Spark master URL (spark://, yarn, k8s://, sc:// for Spark Connect, local[*]); "
+        "default: the embedded cluster.",
     ),
 ]
 

@@ -69,6 +69,24 @@ def up(
             "only gpuspark sessions of this machine's user can run applications.",
         ),
     ] = False,
+    connect: Annotated[
+        bool,
+        typer.Option(
+            "--connect",
+            help="Also start a Spark Connect server on the cluster, bound to 127.0.0.1 (with "
+            "--secure, clients authenticate with a token): launch and train then go through "
+            "it (sc://); it holds the executors, so data jobs need a cluster without it.",
+        ),
+    ] = False,
+    connect_port: Annotated[
+        int | None,
+        typer.Option(
+            "--connect-port",
+            min=1,
+            max=65535,
+            help="The Connect server's gRPC port (implies --connect) [default: a free port].",
+        ),
+    ] = None,
     state_dir: StateDirOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -94,11 +112,16 @@ def up(
         timeout=timeout,
         secure=secure,
         hosts=hosts,
+        connect=connect,
+        connect_port=connect_port,
     )
     running = LocalCluster.running(state_dir)
     if running is not None:
         spec_path = str(spec) if spec is not None else None
         check_request(cluster, running, spec_path=spec_path, state_dir=_given_dir(state_dir))
+        if cluster.connect and not running.status().connect_alive:
+            _add_connect(running, connect_port, json_out)
+            return
         _already_running(running.status().as_dict(), json_out)
         return
     t0 = time.monotonic()
@@ -106,6 +129,16 @@ def up(
     status = cluster.status().as_dict()
     status["startup_seconds"] = round(time.monotonic() - t0, 2)
     _show(status, json_out, note=f"started in {status['startup_seconds']} s")
+
+
+def _add_connect(running: Any, port: int | None, json_out: bool) -> None:
+    """``up --connect`` on a cluster running without a Connect server: start one on it."""
+    import time
+
+    t0 = time.monotonic()
+    running.start_connect(port)
+    seconds = round(time.monotonic() - t0, 2)
+    _show(running.status().as_dict(), json_out, note=f"Spark Connect server started in {seconds} s")
 
 
 def _check_state_dir(state_dir: Path | None) -> None:
@@ -184,8 +217,27 @@ def _show(info: dict[str, Any], json_out: bool, note: str | None = None) -> None
             "security: Spark authentication and RPC encryption on; applications need the "
             f"shared secret in {info['secret_file']} (gpuspark sessions read it)"
         )
+    _show_connect(info)
     if note:
         echo(note)
+
+
+def _show_connect(info: dict[str, Any]) -> None:
+    if not info.get("connect_url"):
+        return
+    if not info.get("connect_alive"):
+        echo(f"Spark Connect server {info['connect_url']}: not running (see {info['connect_log']})")
+        return
+    auth = (
+        ", clients authenticate with a token (gpuspark sessions read it)"
+        if info.get("secure")
+        else ""
+    )
+    echo(
+        f"Spark Connect server {info['connect_url']} (pid {info['connect_pid']}{auth}): it "
+        "holds the executors; launch and train go through it, data jobs need `cluster up` "
+        "without --connect"
+    )
 
 
 def _show_shape(shape: dict[str, Any]) -> None:

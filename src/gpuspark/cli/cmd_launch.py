@@ -186,12 +186,18 @@ def launch(
 
 
 def _session_plan(job: Any) -> Any:
-    """The training session the launch would build (master, conf, environment), unstarted."""
+    """The training session the launch would build (master, conf, environment), unstarted;
+    ``None`` when it can only be planned once the run starts it (the embedded cluster, not
+    running yet, is started for the run)."""
     from gpuspark.cluster.session import session_plan
+    from gpuspark.errors import ClusterError
 
     args = job.session_args()
     args.pop("reuse_active", None)
-    return session_plan(**args)
+    try:
+        return session_plan(**args)
+    except ClusterError:
+        return None
 
 
 def _plan(req: LaunchRequest) -> dict[str, Any]:

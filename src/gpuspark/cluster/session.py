@@ -10,6 +10,11 @@
   it (SPARK-24942), and gets whole GPUs per task from the launcher's task resource profile.
 - **Ownership**: :func:`job_session` reuses a session the caller already has and never stops
   it; it stops only what it started (the session, and an embedded cluster started for the job).
+- **Spark Connect** (``sc://…``): a client session (``SparkSession.builder.remote``) that can
+  set only session (``spark.sql.*``) settings; the rest belongs to the Connect server's
+  application, and a note names what did not apply. When the embedded cluster runs a Connect
+  server (``cluster up --connect``), that server holds its executors: training on the
+  embedded cluster goes through it, and data jobs there are refused (they need the RDD API).
 
 The conf is plain data first (:func:`session_plan`), printable without starting anything
 (``yarn`` and ``k8s://`` included; ``.materialize()`` gives the ``spark-submit`` line).
@@ -21,21 +26,23 @@ import contextlib
 import enum
 import logging
 import os
-import shlex
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark._util import envvars
 from gpuspark.cluster.announce import announce_app, withdraw_app
 from gpuspark.cluster.conf import driver_metrics_conf, spark_conf
+from gpuspark.cluster.connect_session import connect_plan, connect_session, through_connect
 from gpuspark.cluster.driver_log import driver_java_options, write_log_config
 from gpuspark.cluster.fit import check_fits
-from gpuspark.cluster.security import missing_secret, read_secret, redact, security_conf
+from gpuspark.cluster.plan import SessionPlan, local_defaults
+from gpuspark.cluster.security import missing_secret, read_secret, security_conf
+from gpuspark.cluster.state import ClusterState
 from gpuspark.errors import ClusterError, GpusparkError
-from gpuspark.schedulers import EMBEDDED_MASTERS, Backend, backend_for
+from gpuspark.schedulers import EMBEDDED_MASTERS, Backend, ConnectBackend, backend_for
+from gpuspark.schedulers.connect import is_connect_session, require_classic
 from gpuspark.schedulers.standalone import AUTH_MARKERS
 from gpuspark.spec import ClusterSpec, gpu_slots_per_executor, resolve_spec
 
@@ -68,43 +75,6 @@ class JobKind(str, enum.Enum):
     """ETL: the spec's fractional task GPU amount and dynamic allocation."""
     TRAINING = "training"
     """Barrier stages: dynamic allocation off (SPARK-24942); whole GPUs per task."""
-
-
-@dataclass
-class SessionPlan:
-    """Everything a SparkSession is built from: master, app name, conf and environment."""
-
-    master: str
-    app_name: str
-    conf: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    master_ui: str | None = None
-    """A standalone master's web UI when known (the embedded cluster's), else ``None``."""
-
-    def materialize(self) -> str:
-        """The equivalent ``spark-submit`` command line (a dry run)."""
-        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
-        parts += ["spark-submit", "--master", shlex.quote(self.master)]
-        parts += ["--name", shlex.quote(self.app_name)]
-
-        for key, value in sorted(redact(self.conf).items()):
-            parts += ["--conf", shlex.quote(f"{key}={value}")]
-        return " ".join(parts)
-
-
-def local_defaults() -> dict[str, str]:
-    """Small memory and quiet, fast settings for a single machine."""
-    return {
-        "spark.driver.memory": "1g",
-        "spark.executor.memory": "1g",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.python.worker.reuse": "true",
-    }
 
 
 def _python_conf(executors: str) -> dict[str, str]:
@@ -266,11 +236,18 @@ def session_plan(
     target = master or spec_obj.spark.master
     merged: dict[str, str] = driver_metrics_conf()  # the spec's [spark.conf] may override
     backend = backend_for(target)
+    asked = {_key(k): _value(v) for k, v in conf.items()}
+    data = JobKind(kind) is JobKind.DATA
+    if isinstance(backend, ConnectBackend):
+        return connect_plan(target, spec_obj, app_name, asked, data=data)
     if cluster is None and backend.has_workers and not backend.is_embedded(target):
         cluster = _embedded_at(target, state_dir)
     master_ui = None
     if backend.is_embedded(target) or cluster is not None:
         found = _embedded(cluster, state_dir)
+        connect = through_connect(found.state, data, backend.is_embedded(target))
+        if connect is not None:
+            return connect_plan(connect, spec_obj, app_name, asked, embedded=True)
         resolved, master_ui = found.master_url, found.web_ui
         merged.update(local_defaults())
         merged.update(_embedded_conf(spec_obj, found))
@@ -288,7 +265,7 @@ def session_plan(
         merged["spark.ui.enabled"] = "true"
     merged = _kind_conf(merged, JobKind(kind))
     merged.update(_python_conf(_executor_python(merged, backend)))
-    merged.update({_key(k): _value(v) for k, v in conf.items()})
+    merged.update(asked)
     _route_driver_log(merged)
     backend.check_session(resolved, merged)
     check_slots(merged)
@@ -324,6 +301,8 @@ def session(
         master, spec, kind=kind, app_name=app_name, cluster=cluster, state_dir=state_dir, **conf
     )
     backend_for(plan.master).check_environment(plan.master)
+    if plan.remote:
+        return connect_session(plan, _running_state(state_dir))
     os.environ.update(plan.env)
     from pyspark.sql import SparkSession
 
@@ -352,6 +331,13 @@ def session(
     if log_file is not None and log_file.exists():
         log.info("Spark driver log: %s", log_file)
     return spark
+
+
+def _running_state(state_dir: Any) -> ClusterState | None:
+    from gpuspark.cluster.local import LocalCluster
+
+    running = LocalCluster.running(state_dir)
+    return running.state if running is not None else None
 
 
 def _check_secret(plan: SessionPlan, state_dir: Any) -> None:
@@ -413,6 +399,8 @@ def job_session(
     stopped after it.
     """
     if spark is not None:
+        if JobKind(kind) is JobKind.DATA:
+            require_classic(spark, "this data job")
         yield spark
         return
     from pyspark.sql import SparkSession
@@ -437,7 +425,8 @@ def job_session(
         try:
             yield s
         finally:
-            withdraw_app(str(s.sparkContext.applicationId), spec_obj)
+            if not is_connect_session(s):  # a Connect client's application is the server's
+                withdraw_app(str(s.sparkContext.applicationId), spec_obj)
             s.stop()
 
 

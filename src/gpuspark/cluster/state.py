@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ClusterState", "ClusterStatus", "WorkerState", "WorkerStatus"]
+from gpuspark._util.procs import pid_alive
+
+__all__ = ["ClusterState", "ClusterStatus", "ConnectState", "WorkerState", "WorkerStatus"]
 
 
 @dataclass
@@ -22,6 +24,27 @@ class WorkerState:
     log: str
     host: str = ""
     """The address the worker (and its executors) bind to ("": the cluster's host)."""
+
+
+@dataclass
+class ConnectState:
+    """The Spark Connect server started by ``up --connect``: one more child daemon, a Spark
+    application on the cluster that holds its executors."""
+
+    url: str
+    """``sc://host:port`` clients connect to (no token: that stays in ``token_file``)."""
+    pid: int
+    port: int
+    log: str
+    token_file: str = ""
+    """With ``--secure``: the file (mode 600) holding the token clients authenticate with."""
+    log_offset: int = 0
+    """Where this start's lines begin in ``log`` (earlier starts' lines come before)."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the server process runs."""
+        return pid_alive(self.pid)
 
 
 @dataclass
@@ -45,11 +68,20 @@ class ClusterState:
     """The shared secret's file (mode 600) when ``secure``."""
     hosts: int = 0
     """Distinct worker addresses (``--hosts``); 0: every worker on ``host``."""
+    connect: ConnectState | None = None
+    """The Spark Connect server (``--connect``), when one was started."""
+
+    def pids(self) -> list[int]:
+        """The process groups ``up`` started: the Connect server's, the workers', the master's."""
+        server = [self.connect.pid] if self.connect is not None else []
+        return server + [w.pid for w in self.workers] + [self.master_pid]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterState:
         workers = [WorkerState(**w) for w in data.pop("workers", [])]
-        return cls(workers=workers, **data)
+        connect = data.pop("connect", None)
+        server = ConnectState(**connect) if connect else None
+        return cls(workers=workers, connect=server, **data)
 
 
 @dataclass
@@ -89,6 +121,41 @@ class ClusterStatus:
     secure: bool = False
     """Spark authentication (shared secret in ``secret_file``) and RPC encryption on."""
     secret_file: str = ""
+    connect_url: str = ""
+    """The Spark Connect server's ``sc://`` URL (``""``: none was started)."""
+    connect_pid: int = 0
+    connect_alive: bool = False
+    connect_log: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        state: ClusterState,
+        state_dir: str,
+        info: dict[str, Any],
+        workers: list[WorkerStatus],
+    ) -> ClusterStatus:
+        """The status of the cluster ``state`` records, with the master's ``/json/`` page
+        ``info`` (``{}``: it did not answer) and its ``workers`` as seen now."""
+        server = state.connect
+        return cls(
+            running=pid_alive(state.master_pid),
+            state_dir=state_dir,
+            master_url=state.master_url,
+            web_ui=f"http://{state.host}:{state.webui_port}",
+            master_pid=state.master_pid,
+            master_alive=bool(info),
+            gpus_simulated=state.gpus_simulated,
+            workers=workers,
+            active_apps=len(info.get("activeapps", [])),
+            shape=state.shape,
+            secure=state.secure,
+            secret_file=state.secret_file,
+            connect_url=server.url if server is not None else "",
+            connect_pid=server.pid if server is not None else 0,
+            connect_alive=server is not None and server.alive,
+            connect_log=server.log if server is not None else "",
+        )
 
     @property
     def alive_workers(self) -> int:

@@ -245,6 +245,9 @@ def from_dataframe(
     many shards. The cache is shared with executors: ``cache_dir`` must be a path every
     executor can write (a shared file system on a multi-host cluster).
     """
+    from gpuspark.schedulers.connect import require_classic
+
+    require_classic(df, "from_dataframe")
     t0 = time.monotonic()
     if world_size is not None and world_size < 1:
         raise TableError(f"world_size must be at least 1, got {world_size}")

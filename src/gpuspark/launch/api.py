@@ -1,4 +1,8 @@
-"""Run a function or a script on N ranks: request -> preflight -> attempts (Spark or local)."""
+"""Run a function or a script on N ranks: request -> preflight -> attempts (Spark or local).
+
+On Spark the stage is a classic barrier RDD stage (:mod:`.spark`), or for a Spark Connect
+session a barrier ``mapInArrow`` stage (:mod:`.connect`); the attempts, results and errors
+around it are the same."""
 
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ from gpuspark.cluster.submit import JobContext, prepare_job
 from gpuspark.errors import HostLostError, LaunchError
 from gpuspark.launch._internal.logs import RankOutput
 from gpuspark.launch.cluster_total import check_cluster_total
+from gpuspark.launch.connect import connect_preflight, run_connect
 from gpuspark.launch.local import run_local
 from gpuspark.launch.preflight import preflight
 from gpuspark.launch.request import OPTIONS, LaunchRequest, build_request
 from gpuspark.launch.results import rank0_value, result_error, timeout_error
 from gpuspark.launch.run_targets import RunTargets
 from gpuspark.launch.spark import run_barrier
+from gpuspark.schedulers import is_connect_session
 from gpuspark.spec.network import hosts_network_env
 
 __all__ = ["prepare", "run", "run_request"]
@@ -33,9 +39,10 @@ def run_request(
 
     The job is prepared once (:func:`prepare`: the spec read, the team resolved and checked),
     unless the caller prepared it (``job``, e.g. a training recipe).
-    On Spark: ``spark`` as given (a session or context), else a training session on
-    ``req.master`` or the spec's master (the embedded cluster is started for the run when none
-    is running, and stopped after).
+    On Spark: ``spark`` as given (a session or context, classic or Spark Connect), else a
+    training session on ``req.master`` or the spec's master (the embedded cluster is started
+    for the run when none is running, and stopped after; when it runs a Spark Connect server,
+    through that server).
 
     While it runs, the ranks' ``/metrics`` endpoints are listed in the Prometheus target file
     ``<targets dir>/runs/<run_id>.json`` (:func:`gpuspark.monitor.targets_dir` of the spec),
@@ -45,11 +52,17 @@ def run_request(
     if req.local:
         return _attempts(req, None, job)
     if spark is not None:
-        sc = spark.sparkContext if hasattr(spark, "sparkContext") else spark
-        return _attempts(req, sc, job)
+        return _attempts(req, _stage_target(spark), job)
     check_cluster_total(req, job.master)  # before a session: only the master's page is read
     with job.session() as session:
-        return _attempts(req, session.sparkContext, job)
+        return _attempts(req, _stage_target(session), job)
+
+
+def _stage_target(spark: Any) -> Any:
+    """What the stage runs on: a classic session's SparkContext, a Connect session itself."""
+    if is_connect_session(spark) or not hasattr(spark, "sparkContext"):
+        return spark
+    return spark.sparkContext
 
 
 def prepare(req: LaunchRequest, spec: Any = None) -> JobContext:
@@ -91,7 +104,7 @@ def _to_driver_log(sc: Any, exc: LaunchError) -> None:
     """A failed launch on Spark also goes to the driver log (WARN: the console shows only
     ERROR, and the caller gets the error itself), where ``gpuspark doctor logs`` reads it:
     the driver log otherwise holds Spark's view only, in which the barrier stage succeeded."""
-    if sc is None:
+    if sc is None or is_connect_session(sc):  # a Connect client has no JVM to log through
         return
     try:
         sc._jvm.org.apache.logging.log4j.LogManager.getLogger("gpuspark").warn(str(exc))
@@ -102,8 +115,8 @@ def _to_driver_log(sc: Any, exc: LaunchError) -> None:
 def _attempts_on(req: LaunchRequest, sc: Any, job: JobContext) -> Any:
     run_id = job.run_id
     if sc is not None:
-        req.master = req.master or str(sc.master)
-        preflight(req, sc)
+        req.master = req.master or _master_of(sc)
+        _preflight(req, sc)
     with (
         RunTargets(targets_dir(job.spec), run_id, req.num_processes) as targets,
         RankOutput(req.log_dir, req.tee, req.num_processes) as output,
@@ -119,7 +132,7 @@ def _attempts_on(req: LaunchRequest, sc: Any, job: JobContext) -> Any:
                 last = (
                     run_local(req, run_id, attempt, targets.add, output)
                     if sc is None
-                    else run_barrier(req, sc, run_id, attempt, targets.add, output)
+                    else _stage(sc)(req, sc, run_id, attempt, targets.add, output)
                 )
             except HostLostError as lost:
                 if attempt + 1 == req.max_attempts:
@@ -135,11 +148,32 @@ def _attempts_on(req: LaunchRequest, sc: Any, job: JobContext) -> Any:
         raise result_error(last, req.max_attempts)
 
 
+def _master_of(sc: Any) -> str:
+    if is_connect_session(sc):
+        return f"sc://{sc.client.host}"
+    return str(sc.master)
+
+
+def _preflight(req: LaunchRequest, sc: Any) -> None:
+    """The checks before the stage; over Connect those the server's settings allow."""
+    if is_connect_session(sc):
+        connect_preflight(req, sc)
+    else:
+        preflight(req, sc)
+
+
+def _stage(sc: Any) -> Callable[..., list[dict[str, Any]]]:
+    """The barrier stage for ``sc``: classic RDD, or ``mapInArrow`` over Spark Connect."""
+    if is_connect_session(sc):
+        return run_connect
+    return run_barrier
+
+
 def _refit_after(lost: HostLostError, req: LaunchRequest, sc: Any) -> None:
     """Before retrying after a lost host: the stage must fit what is left, or one line says
     which host was lost and what the rest cannot hold."""
     try:
-        preflight(req, sc)
+        _preflight(req, sc)
     except LaunchError as unfit:
         raise LaunchError(
             f"host {lost.host} was lost and the rest of the cluster cannot run the retry: "

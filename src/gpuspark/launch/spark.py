@@ -31,7 +31,7 @@ from gpuspark.launch.ranks import (
 from gpuspark.launch.request import LaunchRequest
 from gpuspark.launch.results import host_lost_error, spark_error, timeout_error
 
-__all__ = ["run_barrier"]
+__all__ = ["barrier_task", "check_pythons", "run_barrier"]
 
 
 def _task_profile(req: LaunchRequest, cpus: int) -> Any:
@@ -43,10 +43,11 @@ def _task_profile(req: LaunchRequest, cpus: int) -> Any:
     return ResourceProfileBuilder().require(treqs).build
 
 
-def _barrier_partition(
+def barrier_task(
     req: LaunchRequest, run_id: str, attempt: int, server: tuple[str, int, str], _it: Any
 ) -> Any:
-    """Body of one barrier task (runs on an executor)."""
+    """Body of one barrier task (runs on an executor): yields the task's report. The classic
+    stage runs it as is; the Spark Connect stage wraps it (:mod:`gpuspark.launch.connect`)."""
     import json
     import sys
 
@@ -167,7 +168,7 @@ def run_barrier(
         server.output = output
     tag = f"gpuspark-launch-{run_id}-{attempt}"
     timers = _timers(req.timeout, server, sc, tag)
-    body = functools.partial(_barrier_partition, req, run_id, attempt, (*server.address, token))
+    body = functools.partial(barrier_task, req, run_id, attempt, (*server.address, token))
     rdd = sc.parallelize(range(req.num_tasks), req.num_tasks).barrier().mapPartitions(body)
     sc.addJobTag(tag)
     sc.setInterruptOnCancel(True)
@@ -193,11 +194,11 @@ def run_barrier(
         server.close()
     if server.abort_reason == "timeout":
         raise timeout_error(req)
-    _check_pythons(req, results)
+    check_pythons(req, results)
     return results
 
 
-def _check_pythons(req: LaunchRequest, results: list[dict]) -> None:
+def check_pythons(req: LaunchRequest, results: list[dict]) -> None:
     """The executors' Pythons, which every task compared with the driver's before starting a
     rank (in the barrier stage itself: no separate job starts the Python workers first)."""
     seen = {tuple(v) for r in results for v in r.get("pythons", ())}

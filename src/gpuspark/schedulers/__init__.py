@@ -3,7 +3,8 @@
 - ``local``: ``local[N]``, Spark in the driver's JVM (:mod:`.local`);
 - ``standalone``: ``spark://…`` and the embedded cluster ``local-cluster`` (:mod:`.standalone`);
 - ``yarn``: YARN's Capacity Scheduler (:mod:`.yarn`);
-- ``kubernetes``: ``k8s://…`` with Kueue, Volcano or YuniKorn (:mod:`.kubernetes`).
+- ``kubernetes``: ``k8s://…`` with Kueue, Volcano or YuniKorn (:mod:`.kubernetes`);
+- ``connect``: ``sc://…``, a Spark Connect server (:mod:`.connect`).
 
 :func:`backend_for` maps a master URL to its backend; :func:`backend_for_renderer` a
 ``gpuspark render`` name (``yarn``, ``kueue``, ``volcano``). The list is plain data: a new
@@ -23,6 +24,7 @@ from gpuspark.schedulers.base import (
     TeamUsage,
     http_json,
 )
+from gpuspark.schedulers.connect import ConnectBackend, is_connect_session
 from gpuspark.schedulers.kubernetes import KubernetesBackend
 from gpuspark.schedulers.local import LocalBackend
 from gpuspark.schedulers.standalone import EMBEDDED_MASTERS, StandaloneBackend
@@ -32,6 +34,7 @@ __all__ = [
     "EMBEDDED_MASTERS",
     "NO_TEAM",
     "Backend",
+    "ConnectBackend",
     "Embedded",
     "Reason",
     "Target",
@@ -41,6 +44,7 @@ __all__ = [
     "backends",
     "find_backend",
     "http_json",
+    "is_connect_session",
     "register",
     "renderers",
     "unregister",
@@ -52,6 +56,7 @@ _BACKENDS: list[Backend] = [
     _STANDALONE,
     YarnBackend(),
     KubernetesBackend(),
+    ConnectBackend(),
 ]
 
 

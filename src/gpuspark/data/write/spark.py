@@ -171,6 +171,9 @@ def write_dataframe(
     may then be a callable on the winning attempts' reports, each with ``"shard"`` set to its
     shard's path, run on the driver before the commit.
     """
+    from gpuspark.schedulers.connect import require_classic
+
+    require_classic(df, "write_dataframe")
     if compression not in fmt.CODECS:
         raise fmt.unknown_codec_error(compression)
     if world_size is not None and world_size <= 0:

@@ -139,8 +139,6 @@ class ParallelConfig:
 
 def _powersgd_rank(text: str) -> int:
     """``powersgd:R`` -> R (a whole number >= 1), else one-line error naming the form."""
-    from gpuspark.errors import RecipeError
-
     rank = text.partition(":")[2]
     if not rank.isdigit() or int(rank) < 1:
         raise RecipeError(
