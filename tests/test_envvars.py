@@ -38,15 +38,6 @@ def test_every_mentioned_name_is_registered() -> None:
     assert mentioned - registered == set()
 
 
-def test_readme_table_is_the_generated_one() -> None:
-    text = (ROOT / "README.md").read_text()
-    start, end = "<!-- envvars:start -->\n", "<!-- envvars:end -->"
-    table = text.split(start, 1)[1].split(end, 1)[0]
-    assert table == envvars.markdown_table(), "regenerate with envvars.markdown_table()"
-    readme_names = set(NAME.findall(text))
-    assert readme_names <= {var.name for var in envvars.ALL}, readme_names
-
-
 def test_get_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUSPARK_CACHE_DIR", "/data/cache")
     assert envvars.CACHE_DIR.get() == "/data/cache"

@@ -1,6 +1,7 @@
-"""The README describes only what exists: every ``gpuspark.x.y`` name it mentions resolves, every
-``from gpuspark... import ...`` line in its code blocks imports, and its module map lists every
-package of the source tree."""
+"""The README and the documentation pages describe only what exists: every ``gpuspark.x.y``
+name they mention resolves, every ``from gpuspark... import ...`` line in their code blocks
+imports, every ``GPUSPARK_*`` variable they name is registered, and the module map
+(docs/development.md) lists every package of the source tree."""
 
 from __future__ import annotations
 
@@ -11,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from gpuspark._util import envvars
+
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+TEXTS = {
+    "README.md": (ROOT / "README.md").read_text(encoding="utf-8"),
+    "CHANGELOG.md": (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"),
+    **{f"docs/{p.relative_to(DOCS)}": p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md")},
+}
+ALL_TEXT = "\n".join(TEXTS.values())
 
 
 def _resolve(dotted: str) -> object:
@@ -28,11 +37,16 @@ def _resolve(dotted: str) -> object:
     raise ModuleNotFoundError(dotted)
 
 
-# Dotted names, not file paths (``provisioning/dashboards/gpuspark.yaml``).
+# Dotted names, not file paths (``provisioning/dashboards/gpuspark.yaml``, ``gpuspark.nft``).
+FILE_SUFFIXES = {"conf", "json", "log", "md", "nft", "py", "service", "sh", "toml", "txt", "yaml"}
 NAMES = sorted(
-    {m.rstrip(".") for m in re.findall(r"(?<![/\w-])gpuspark(?:\.[A-Za-z_][\w]*)+", README)}
+    {
+        name
+        for m in re.findall(r"(?<![/\w-])gpuspark(?:\.[A-Za-z_][\w]*)+", ALL_TEXT)
+        if (name := m.rstrip(".")).rsplit(".", 1)[-1] not in FILE_SUFFIXES
+    }
 )
-IMPORTS = sorted(set(re.findall(r"^from (gpuspark[\w.]*) import ([\w, ]+)$", README, re.M)))
+IMPORTS = sorted(set(re.findall(r"^from (gpuspark[\w.]*) import ([\w, ]+)$", ALL_TEXT, re.M)))
 
 
 @pytest.mark.parametrize("dotted", NAMES)
@@ -47,8 +61,20 @@ def test_code_block_imports_work(module: str, names: str) -> None:
         assert hasattr(mod, name) or importlib.util.find_spec(f"{module}.{name}"), name
 
 
+def test_the_pages_are_read() -> None:
+    """A broken glob must not pass by finding nothing to check."""
+    assert {"docs/concepts.md", "docs/cli.md", "docs/api/index.md"} <= set(TEXTS)
+    assert len(NAMES) >= 50 and len(IMPORTS) >= 15
+
+
+def test_every_named_variable_is_registered() -> None:
+    named = set(re.findall(r"GPUSPARK_[A-Z0-9_]+", ALL_TEXT))
+    assert named - {var.name for var in envvars.ALL} == set()
+
+
 def test_module_map_lists_every_package() -> None:
-    tree = README[README.index("src/gpuspark/\n") :]
+    text = TEXTS["docs/development.md"]
+    tree = text[text.index("src/gpuspark/\n") :]
     tree = tree[: tree.index("```")]
     src = ROOT / "src" / "gpuspark"
     packages = sorted(
@@ -57,6 +83,6 @@ def test_module_map_lists_every_package() -> None:
         if p.parent != src and "_internal" not in p.parts
     )
     missing = [p for p in packages if p not in tree and p.split("/")[-2] + "/" not in tree]
-    assert not missing, f"README module map misses {missing}"
+    assert not missing, f"the module map of docs/development.md misses {missing}"
     modules = sorted(p.name for p in src.glob("*.py") if p.name != "__init__.py")
     assert all(m in tree for m in modules), modules

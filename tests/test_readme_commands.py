@@ -1,6 +1,7 @@
-"""Every command example in README.md runs as written, or says why it cannot.
+"""Every command example in README.md and in the pages of docs/ runs as written, or says why
+it cannot.
 
-The convention (README, "Development"):
+The convention (docs/development.md, "Documentation examples are tested"):
 
 - Every fenced block tagged ``bash``, ``console``, ``sh``, ``shell`` or ``python`` is RUN here,
   unless a marker comment stands on the lines just above its opening fence (blank lines
@@ -16,22 +17,29 @@ The convention (README, "Development"):
 
   A marker that does not stand above a fence, an unknown marker or an illustrative marker
   without a reason fails. So a new example is tested unless its author says why not.
-- Run blocks are grouped by ``## `` section (``###`` belong to theirs) and run in README order,
-  one fresh directory per section as the working directory, ``HOME`` a fresh directory with
-  ``GPUSPARK_STATE_DIR``/``GPUSPARK_MONITOR_DIR``/``GPUSPARK_LOG_DIR`` under it, and the
-  running interpreter's ``bin`` first on ``PATH`` (so ``gpuspark`` is the installed console
-  script). Shell blocks run exactly as written with ``bash -euo pipefail`` (``console``: the
-  ``$ `` lines); Python blocks run as a script with that interpreter. Any embedded cluster a
-  section left running is stopped with ``gpuspark cluster down`` (same environment: only the
-  cluster this test started). A section using Spark carries the ``spark`` marker.
+- Run blocks are grouped by ``## `` section (``###`` belong to theirs) of their page and run
+  in page order, one fresh directory per section as the working directory, ``HOME`` a fresh
+  directory with ``GPUSPARK_STATE_DIR``/``GPUSPARK_MONITOR_DIR``/``GPUSPARK_LOG_DIR`` under
+  it, and the running interpreter's ``bin`` first on ``PATH`` (so ``gpuspark`` is the
+  installed console script). Shell blocks run exactly as written with ``bash -euo
+  pipefail`` (``console``: the ``$ `` lines); Python blocks run as a script with that
+  interpreter. Any embedded cluster a section left running is stopped with ``gpuspark
+  cluster down`` (same environment: only the cluster this test started). A section using
+  Spark carries the ``spark`` marker.
 - Statically, for every block (run or not), every inline ``gpuspark ...`` code span and the
   ``make`` lines: the sub-command exists and each ``-o``/``--option`` it uses exists on that
   command (resolved on the Click command of ``gpuspark.cli.main.app``; nothing executes);
   ``make`` targets exist in the Makefile; Python blocks compile.
+- Every page of ``docs/`` (``DOCS_PAGES``) is held to the same convention as the README, and
+  its run blocks run the same way, except the pages in ``RUN_ELSEWHERE``, whose own tests run
+  them (and check what they write); their command lines are checked here too. Blocks of other
+  languages (``text`` output, ``toml`` and ``yaml`` fragments, synopses without a language)
+  are not run; synopses' ``gpuspark`` lines must parse.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -40,7 +48,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +56,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 SHELLS = {"bash", "console", "sh", "shell"}
 RUN_LANGS = SHELLS | {"python"}
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->\s*$")
@@ -62,13 +71,14 @@ BLOCK_TIMEOUT_S = 900
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced block of the README: where it is, its language, text and markers."""
+    """One fenced block of a page: where it is, its language, text and markers."""
 
     line: int
     lang: str
     section: str
     text: str
     markers: dict[str, str]
+    page: str = "README.md"
 
     @property
     def runs(self) -> bool:
@@ -206,16 +216,22 @@ def _takes_value(command: Any, name: str) -> bool:
     return False
 
 
+@functools.cache
+def _cli() -> Any:
+    """The Click command tree of ``gpuspark`` (built once: it is read, never run)."""
+    import typer
+
+    from gpuspark.cli.main import app
+
+    return typer.main.get_command(app)
+
+
 def cli_problems(words: list[str], *, complete: bool) -> list[str]:
     """Why ``gpuspark WORDS...`` would not parse: an unknown sub-command or option. With
     ``complete``, the words must reach a command (not stop at a group), unless a placeholder
     (``COMMAND``, ``...``) stands for the rest. Typer's Click command tree is read (groups
     have ``commands``); Click itself is vendored by Typer, so it is not imported here."""
-    import typer
-
-    from gpuspark.cli.main import app
-
-    command: Any = typer.main.get_command(app)
+    command: Any = _cli()
     path = ["gpuspark"]
     value_next = False
     for word in words[1:]:
@@ -241,7 +257,8 @@ def cli_problems(words: list[str], *, complete: bool) -> list[str]:
             return [f"'{' '.join(path)}' has no sub-command {word!r}"]
         command, path = sub, [*path, word]
     runs_alone = getattr(command, "invoke_without_command", False)  # `gpuspark doctor`
-    if complete and hasattr(command, "commands") and "--help" not in words and not runs_alone:
+    eager = {"--help", "--version"} & set(words)  # they print and exit before any sub-command
+    if complete and hasattr(command, "commands") and not eager and not runs_alone:
         return [f"'{' '.join(path)}' needs a sub-command"]
     return []
 
@@ -274,26 +291,98 @@ BLOCKS, MARKER_PROBLEMS = readme_blocks(TEXT)
 UNITS = run_units(BLOCKS)
 STATIC = static_cases(TEXT)
 
+# --- the pages of docs/ --------------------------------------------------------------------
+
+RUN_ELSEWHERE = {
+    "kubernetes.md": "tests/schedulers/kubernetes/test_k8s_guide.py",
+    "bare-metal.md": "tests/schedulers/standalone/test_bare_metal_guide.py",
+}
+"""Pages whose run blocks another test runs (it also checks what they write)."""
+DOCS_PAGES = {
+    path.relative_to(DOCS).as_posix(): path.read_text(encoding="utf-8")
+    for path in sorted(DOCS.rglob("*.md"))
+}
+
+
+def page_blocks(page: str, text: str) -> tuple[list[Block], list[str]]:
+    """The blocks of one docs page, each section named ``PAGE: SECTION`` (so sections of two
+    pages never share a unit), and the page's marker problems."""
+    blocks, problems = readme_blocks(text)
+    out = []
+    for block in blocks:
+        markers = dict(block.markers)
+        if "continues" in markers:
+            markers["continues"] = f"{page}: {markers['continues']}"
+        out.append(replace(block, page=page, section=f"{page}: {block.section}", markers=markers))
+    return out, [f"{page} {problem}" for problem in problems]
+
+
+def _docs() -> tuple[list[Block], list[str], list[tuple[str, list[str], bool]]]:
+    blocks: list[Block] = []
+    problems: list[str] = []
+    cases = []
+    for page, text in DOCS_PAGES.items():
+        found, wrong = page_blocks(page, text)
+        blocks += found
+        problems += wrong
+        cases += [(f"{page} {where}", words, done) for where, words, done in static_cases(text)]
+    return blocks, problems, cases
+
+
+DOCS_BLOCKS, DOCS_MARKER_PROBLEMS, DOCS_STATIC = _docs()
+DOCS_UNITS = run_units([b for b in DOCS_BLOCKS if b.page not in RUN_ELSEWHERE])
+
+
+def _continues_problems(blocks: list[Block]) -> list[str]:
+    sections = {b.section for b in blocks}
+    return [
+        f"{b.page} line {b.line}: 'continues: {b.markers['continues']}' names no ## section"
+        for b in blocks
+        if "continues" in b.markers and b.markers["continues"] not in sections
+    ]
+
 
 def test_markers_follow_the_convention() -> None:
-    sections = {b.section for b in BLOCKS}
-    problems = list(MARKER_PROBLEMS)
-    for block in BLOCKS:
-        target = block.markers.get("continues")
-        if target is not None and target not in sections:
-            problems.append(f"line {block.line}: 'continues: {target}' names no ## section")
+    problems = list(MARKER_PROBLEMS) + _continues_problems(BLOCKS)
+    assert not problems, "\n".join(problems)
+
+
+def test_docs_markers_follow_the_convention() -> None:
+    problems = list(DOCS_MARKER_PROBLEMS) + _continues_problems(DOCS_BLOCKS)
     assert not problems, "\n".join(problems)
 
 
 def test_the_readme_has_run_and_illustrative_examples() -> None:
     """The parser sees the README's blocks (a broken parser must not pass by finding none)."""
     shell = [b for b in BLOCKS if b.lang in SHELLS]
-    assert len(shell) >= 10 and sum(b.runs for b in shell) >= 5
+    assert len(shell) >= 3 and sum(b.runs for b in shell) >= 1
     assert any("illustrative" in b.markers for b in shell)
     assert "Quickstart on this machine" in [u.section for u in UNITS]
 
 
-@pytest.mark.parametrize(("where", "words", "complete"), STATIC, ids=[c[0][:80] for c in STATIC])
+def test_the_docs_have_run_and_illustrative_examples() -> None:
+    """Every page is read (the run pages, the guides, the generated ones), and most of the
+    shell and Python blocks run, by default or with ``-m slow``."""
+    assert {"concepts.md", "launch.md", "kubernetes.md", "cli.md"} <= set(DOCS_PAGES)
+    code = [b for b in DOCS_BLOCKS if b.lang in RUN_LANGS]
+    assert len(code) >= 40 and sum(b.runs for b in code) >= 25
+    assert sum("slow" in b.markers for b in code) >= 5
+    assert len(DOCS_UNITS) >= 10 and any(not u.slow for u in DOCS_UNITS)
+
+
+def test_every_page_is_linked_from_the_readme_or_the_site() -> None:
+    """A page nobody can reach is a page nobody reads: each is in mkdocs.yml's nav."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    missing = [page for page in DOCS_PAGES if f" {page}" not in nav and f"- {page}" not in nav]
+    assert not missing, f"pages not in mkdocs.yml's nav: {missing}"
+
+
+ALL_STATIC = [(f"README.md {w}", words, c) for w, words, c in STATIC] + DOCS_STATIC
+
+
+@pytest.mark.parametrize(
+    ("where", "words", "complete"), ALL_STATIC, ids=[c[0][:80] for c in ALL_STATIC]
+)
 def test_command_line_parses(where: str, words: list[str], complete: bool) -> None:
     if words[0] == "make":
         missing = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
@@ -304,10 +393,12 @@ def test_command_line_parses(where: str, words: list[str], complete: bool) -> No
 
 
 @pytest.mark.parametrize(
-    "block", [b for b in BLOCKS if b.lang == "python"], ids=lambda b: f"line-{b.line}"
+    "block",
+    [b for b in [*BLOCKS, *DOCS_BLOCKS] if b.lang == "python"],
+    ids=lambda b: f"{b.page}-line-{b.line}",
 )
 def test_python_block_compiles(block: Block) -> None:
-    compile(block.text, f"README.md:{block.line}", "exec")
+    compile(block.text, f"{block.page}:{block.line}", "exec")
 
 
 # --- running the examples ------------------------------------------------------------------
@@ -328,7 +419,7 @@ def user_env(home: Path) -> dict[str, str]:
 def block_argv(block: Block, scripts: Path) -> list[str]:
     """The command running ``block`` as written: bash for shell blocks, python for Python."""
     if block.lang == "python":
-        script = scripts / f"readme_line_{block.line}.py"
+        script = scripts / f"{Path(block.page).stem}_line_{block.line}.py"
         script.write_text(block.text)
         return [sys.executable, str(script)]
     body = "\n".join(logical_lines(block)) if block.lang == "console" else block.text
@@ -383,7 +474,7 @@ CHECKS: dict[int, Callable[[str, Path, Path], None]] = {
 
 def _params() -> list[Any]:
     params = []
-    for unit in UNITS:
+    for unit in [*UNITS, *DOCS_UNITS]:
         fast = unit.fast_part()
         if fast.blocks:
             marks = [pytest.mark.spark] if fast.spark else []
@@ -406,9 +497,9 @@ def test_readme_section_runs_as_written(unit: Unit, tmp_path: Path) -> None:
             start = time.monotonic()
             rc, out = run_block(block_argv(block, scripts), work, env)
             timings.append(f"line {block.line}: {time.monotonic() - start:.1f} s")
-            print(f"README.md line {block.line} ({block.lang}): rc {rc}\n{out}")
-            assert rc == 0, f"README.md line {block.line} failed (exit {rc}):\n{out[-6000:]}"
-            if block.line in CHECKS:
+            print(f"{block.page} line {block.line} ({block.lang}): rc {rc}\n{out}")
+            assert rc == 0, f"{block.page} line {block.line} failed (exit {rc}):\n{out[-6000:]}"
+            if block.page == "README.md" and block.line in CHECKS:
                 CHECKS[block.line](out, work, home)
     finally:
         if unit.spark:

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from gpuspark.cli.main import app
 from gpuspark.doctor.catalogue import (
-    catalogue_markdown,
     load_catalogue,
     parse_catalogue,
     parse_size,
@@ -243,12 +242,3 @@ def test_cli_spec_sets_the_network(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["doctor", "logs", "--spec", str(spec), str(log)])
     assert result.exit_code == 0, result.output
     assert ("NCCL uses TCP sockets" in result.output) == (kind == "infiniband")
-
-
-def test_readme_table_is_the_generated_one() -> None:
-    text = README.read_text()
-    start, end = "<!-- doctor-catalogue:start -->\n", "<!-- doctor-catalogue:end -->"
-    assert start in text and end in text
-    table = text.split(start, 1)[1].split(end, 1)[0]
-    assert table == catalogue_markdown(), "regenerate with gpuspark.doctor.catalogue_markdown()"
-    assert "### `gpuspark doctor logs`: known failures" in text

@@ -391,13 +391,13 @@ def test_bad_group_and_root_values_name_the_field() -> None:
 
 
 def test_readme_team_entries_parse() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "quotas.md").read_text()
     section = readme[readme.index("**Team separation.**") :]
     snippet = section[section.index("```toml\n") + 8 :]
     snippet = snippet[: snippet.index("```")]
     text = default_spec_text()
     assert text.count(_STORAGE) == 1
-    spec = parse_spec(text.replace(_STORAGE, "") + snippet, source="README.md")
+    spec = parse_spec(text.replace(_STORAGE, "") + snippet, source="docs/quotas.md")
     assert [t.name for t in spec.teams] == ["radiology", "vision"]
     assert spec.teams[0].group == "radiology"
     assert team_root(spec, "radiology") == "/shared/gpuspark/teams/radiology"

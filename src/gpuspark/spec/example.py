@@ -35,8 +35,8 @@ def write_example(path: str | Path, *, force: bool = False) -> Path:
 
 
 _EXAMPLE = """\
-# gpuspark cluster spec. Check it with `gpuspark validate cluster.toml`;
-# render Spark's configuration with `gpuspark render spark cluster.toml -o conf/`,
+# gpuspark cluster spec. Check it with `gpuspark validate --spec cluster.toml`;
+# render Spark's configuration with `gpuspark render spark --spec cluster.toml -o conf/`,
 # a bare-metal cluster's files and services with `gpuspark render standalone`.
 name = "dgx-a100"
 
@@ -132,7 +132,7 @@ io_encryption = true           # shuffle and spill files encrypted on local disk
 acls = true                    # UI ACLs: admins view and modify, the teams' members view
 admins = ["alice"]
 
-# Spark on Kubernetes (`gpuspark render k8s cluster.toml -o k8s/`): every key is optional.
+# Spark on Kubernetes (`gpuspark render k8s --spec cluster.toml -o k8s/`): every key is optional.
 # [kubernetes]
 # image = "registry.example.com/gpuspark:0.1.0-cuda"  # the gpuspark image (Containerfile)
 # namespace = "gpuspark"       # shared objects (monitoring, dashboards); teams get their own
