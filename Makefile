@@ -139,4 +139,4 @@ docs: setup
 	@NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(COMPAT_VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

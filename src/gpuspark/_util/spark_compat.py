@@ -7,14 +7,14 @@ profile on standalone only (SPARK-39853, 3.4); 3.5.1 also on YARN (SPARK-45250) 
 (SPARK-45495): 3.5.0's ``ResourceProfileManager`` says "TaskResourceProfiles are only
 supported for Standalone cluster for now when dynamic allocation is disabled".
 
-What differs, and how gpuspark deals with it (checked with pyspark 3.5.1 and 4.3.0):
+What differs, and how gpuspark deals with it (checked with pyspark 3.5.1, 4.0.0 and 4.3.0):
 
 - settings whose defaults differ are pinned to one value for every version
   (:data:`PINNED_CONF`, part of every driver's metrics settings);
 - a feature one version lacks is an entry of :data:`FEATURES`; :func:`missing` turns it into
   one line naming the version that has it.
 
-Everything gpuspark uses otherwise behaves the same on 3.5.1 and 4.x: job tags
+Everything else gpuspark uses behaves the same on those versions: job tags
 (``SparkContext.addJobTag``, 3.5+), barrier stages with task resource profiles,
 ``DataFrame.mapInArrow`` (``barrier=`` from 3.5.0), the standalone master's ``/json/`` and
 its daemons' command lines, log4j2 configuration, Java 17. The version is read from the
