@@ -85,12 +85,14 @@ def test_options_refused_before_spark(corpus: Path, tmp_path: Path) -> None:
 
 
 def test_cli_split_forms() -> None:
-    from gpuspark.cli.cmd_prep import _named_split
+    # text's split is the one prep syntax (gpuspark.cli._common.parse_split), plus "none"
+    from gpuspark.cli._common import parse_split
 
-    assert _named_split("val=0.05") == pytest.approx((0.95, 0.05))
-    assert _named_split("val=0.1,test=0.1") == pytest.approx((0.8, 0.1, 0.1))
-    assert _named_split("0.9,0.1") == (0.9, 0.1)
-    assert _named_split("none") is None
+    assert parse_split("val=0.05", allow_none=True) == pytest.approx((0.95, 0.05))
+    assert parse_split("val=0.1,test=0.1", allow_none=True) == pytest.approx((0.8, 0.1, 0.1))
+    assert parse_split("train=0.9,val=0.1", allow_none=True) == (0.9, 0.1)
+    assert parse_split("0.9,0.1", allow_none=True) == (0.9, 0.1)  # deprecated form
+    assert parse_split("none", allow_none=True) is None
 
 
 # --------------------------------------------------------------------------- Spark

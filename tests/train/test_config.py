@@ -50,6 +50,7 @@ RUN_FLAGS = {
     "team",
     "master",
     "spec",
+    "conf",
     "json_out",
     "recipe",
 }
