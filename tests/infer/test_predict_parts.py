@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpuspark.errors import DatasetExistsError, GpusparkError, RecipeError
@@ -160,3 +161,91 @@ def test_bad_options_are_refused_before_any_work(tmp_path: Path) -> None:
     (tmp_path / "in" / "x.parquet").write_bytes(b"not parquet")
     with pytest.raises(GpusparkError, match="cannot be read as Parquet"):
         predict(tmp_path / "in", best, tmp_path / "out", **kw)
+
+
+@pytest.mark.parametrize("kind", ["torchscript", "export"])
+def test_exported_model_files_score_as_the_checkpoint(tmp_path: Path, kind: str) -> None:
+    """A TorchScript file and a ``torch.export`` (.pt2) file of a best.pt carry its
+    preprocessing and give the same probabilities, through the tasks' scoring function."""
+    import pyarrow as pa
+
+    from gpuspark.infer import export_model
+    from gpuspark.infer.features import CODES_COL, NUMBERS_COL, REASON_COL
+    from gpuspark.infer.worker import ScoreTask, score_function
+
+    best = _best_pt(tmp_path)
+    name = "model.pt" if kind == "torchscript" else "model.pt2"
+    exported = export_model(best, tmp_path / name, kind=kind)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", name]  # no temp file left
+    from_best, from_file = load_model(best), load_model(exported)
+    assert from_file.serving == from_best.serving and from_file.path == str(exported)
+    rng = np.random.default_rng(0)
+    numbers = rng.normal(20.0, 10.0, size=(50, 2)).astype(np.float32)
+    numbers[::7, 1] = np.nan  # missing values
+    codes = rng.integers(0, 3, size=(50, 1)).astype(np.int32)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "customer_id": [f"c{i}" for i in range(50)],
+            NUMBERS_COL: pa.array(list(numbers), pa.list_(pa.float32())),
+            CODES_COL: pa.array(list(codes), pa.list_(pa.int32())),
+            REASON_COL: pa.nulls(50, pa.string()),
+        }
+    )
+    out = {}
+    for loaded in (from_best, from_file):
+        task = ScoreTask(
+            (loaded.path, loaded.mtime_ns), ("customer_id",), ("prob_0", "prob_1"), (0, 1),
+            "int64", 16, 2, 1,
+        )  # fmt: skip
+        counters = {"rows": _Count(), "quarantined": _Count()}
+        fn = score_function(task, _Bytes(loaded.data), counters, _Count())
+        out[loaded.path] = pa.Table.from_batches(list(fn([batch]))).to_pylist()
+    got, want = out[from_file.path], out[from_best.path]
+    assert len(got) == 50 and [r["customer_id"] for r in got] == [r["customer_id"] for r in want]
+    diff = max(
+        abs(g[k] - w[k]) for g, w in zip(got, want, strict=True) for k in ("prob_0", "prob_1")
+    )
+    assert diff <= 1e-6, diff
+    assert [g["prediction"] for g in got] == [w["prediction"] for w in want]
+
+
+def test_exported_files_without_preprocessing_or_of_another_width_are_refused(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    from gpuspark.errors import CheckpointError
+    from gpuspark.train.recipes.tabular_model import TabularNet
+
+    net = TabularNet([0.0], [1.0], [], 2, hidden=4, layers=1).eval()
+    plain = tmp_path / "plain.pt"
+    torch.jit.save(torch.jit.trace(net, torch.zeros(2, 1)), str(plain))
+    with pytest.raises(CheckpointError, match=r"TorchScript file without gpuspark's prepro"):
+        load_model(plain)
+    best = _best_pt(tmp_path)
+    meta = load_model(best)
+    import json
+
+    from gpuspark.infer.model import SERVING_FILE
+
+    lineage = torch.load(best, weights_only=False)["dataset"]
+    files = {SERVING_FILE: json.dumps({"recipe": "tabular", "dataset": lineage})}
+    narrow = tmp_path / "narrow.pt2"  # a network of 1 input column; the encoding makes 3
+    program = torch.export.export(net, (torch.zeros(2, 1),))
+    torch.export.save(program, str(narrow), extra_files=files)
+    with pytest.raises(CheckpointError, match=r"does not score rows of its 3 encoded columns"):
+        load_model(narrow)
+    assert meta.serving.features == ("income", "age", "region")
+
+
+class _Count:
+    def __init__(self) -> None:
+        self.value: Any = 0
+
+    def add(self, n: Any) -> None:
+        self.value = n if isinstance(n, dict) else self.value + n
+
+
+class _Bytes:
+    def __init__(self, value: bytes) -> None:
+        self.value = value

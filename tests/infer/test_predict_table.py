@@ -299,9 +299,12 @@ def test_checkpoint_records_the_preprocessing(trained: dict[str, Any], tmp_path:
     del old["dataset"]
     torch.save(old, tmp_path / "best.pt")
     assert load_model(tmp_path / "best.pt").serving == loaded.serving  # from the manifest
-    torch.save({**old, "recipe": "resnet3d"}, tmp_path / "other.pt")
-    with pytest.raises(RecipeError, match="recipe 'resnet3d'; predict serves tabular"):
+    torch.save({**old, "recipe": "bert"}, tmp_path / "other.pt")
+    with pytest.raises(RecipeError, match=r"recipe 'bert'; predict serves tabular \(tables\)"):
         load_model(tmp_path / "other.pt")
+    torch.save({**old, "recipe": "resnet3d"}, tmp_path / "ct.pt")
+    with pytest.raises(RecipeError, match="recipe 'resnet3d', which scores DICOM studies"):
+        load_model(tmp_path / "ct.pt")
     (tmp_path / "step-000000001.pt").write_bytes(b"")
     with pytest.raises(CheckpointError, match="training checkpoint"):
         load_model(tmp_path / "step-000000001.pt")
@@ -345,8 +348,8 @@ def test_cli_writes_and_prints_the_result(
         print(f"\nwarm workers: {rate}")
     assert res["rows"] == ROWS and res["columns"][0] == "row_id" and res["output"] == str(out)
     assert res["max_loads_per_worker"] <= 1 and res["batches"] >= ROWS // 500
-    assert main([*argv, "--json"]) == 1  # exists: refused
-    assert "already exists" in capsys.readouterr().err
+    assert main([*argv, "--json"]) == 1  # exists: refused, as one JSON object under --json
+    assert "already exists" in json.loads(capsys.readouterr().out)["error"]
     assert main([*argv, "--overwrite"]) == 0
     printed = capsys.readouterr().out
     assert "model loads per worker" in printed and f"predict -> {out}" in " ".join(printed.split())
@@ -357,3 +360,20 @@ def _read_columns(folder: Path) -> list[str]:
     import pyarrow.dataset as ds
 
     return ds.dataset(str(folder), format="parquet").schema.names
+
+
+def test_a_torch_export_file_of_best_pt_predicts_the_same(
+    first: dict[str, Any], trained: dict[str, Any], spark_half: Any
+) -> None:
+    """``export_model`` writes best.pt as a .pt2 file (torch.export) with its preprocessing;
+    predict serves it like the checkpoint: the same rows and probabilities."""
+    from gpuspark.infer import export_model
+
+    pt2 = export_model(trained["best"], trained["tmp"] / "model.pt2", kind="export")
+    out = trained["tmp"] / "pt2-predictions"
+    res = predict(trained["src"], pt2, out, id="row_id", batch_size=500, spark=spark_half)
+    got, want = _read(out), _read(first["out"])
+    assert res.rows == ROWS and res.model == str(pt2)
+    assert [r["row_id"] for r in got] == [r["row_id"] for r in want]
+    diff = max(abs(g["prob_1"] - w["prob_1"]) for g, w in zip(got, want, strict=True))
+    assert diff <= 1e-6 and [g["prediction"] for g in got] == [w["prediction"] for w in want]

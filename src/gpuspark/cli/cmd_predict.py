@@ -1,5 +1,5 @@
-"""``gpuspark predict``: score a table with a trained model as a Spark job
-(:func:`gpuspark.infer.predict`)."""
+"""``gpuspark predict``: score a table, or new DICOM studies (``gpuspark predict dicom
+STUDIES``), with a trained model as a Spark job (:func:`gpuspark.infer.predict`)."""
 
 from __future__ import annotations
 
@@ -65,9 +65,24 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
 
 
 def predict(
-    src: Annotated[str, typer.Argument(help="Parquet file or folder (or URL Spark can read).")],
+    src: Annotated[
+        str,
+        typer.Argument(
+            help="Parquet file or folder (or URL Spark can read); or the word `dicom`, "
+            "then STUDIES.",
+            metavar="SRC",
+        ),
+    ],
+    studies: Annotated[
+        str | None,
+        typer.Argument(help="After `dicom`: a folder of DICOM studies.", metavar="STUDIES"),
+    ] = None,
+    *,
     model: Annotated[
-        str, typer.Option("--model", help="best.pt of a `train tabular` run, or its folder.")
+        str,
+        typer.Option(
+            "--model", help="best.pt of a `train tabular` (tables) or `train resnet3d` run."
+        ),
     ],
     output: Annotated[
         str, typer.Option("-o", "--output", help="Folder to write the predictions (Parquet).")
@@ -77,11 +92,14 @@ def predict(
         typer.Option("--id", help="Column kept with the predictions [default: every non-feature]."),
     ] = None,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, help="Rows per model call.")
-    ] = 4096,
+        int | None,
+        typer.Option(
+            "--batch-size", min=1, help="Rows (volumes) per model call [default: 4096; dicom: 8]."
+        ),
+    ] = None,
     partitions: Annotated[
         int | None,
-        typer.Option(min=1, help="Repartition the input into N tasks [default: as read]."),
+        typer.Option(min=1, help="Tasks: repartition the input into N [default: as read]."),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace earlier predictions in the folder.")
@@ -93,15 +111,18 @@ def predict(
     ] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Score a table with a trained model on Spark: prob_<class> and prediction per row."""
+    """Score a table (or DICOM studies) with a trained model on Spark: prob_<class> and
+    prediction per row (per series)."""
     from gpuspark.infer import predict as run_predict
 
+    kind, source = _input(src, studies)
     on_interrupt(lambda: f"nothing was written; {output}, if it held predictions, is unchanged")
     with _progress_bar(not json) as progress:
         res = run_predict(
-            src,
+            source,
             model,
             output,
+            kind=kind,
             id=id,
             batch_size=batch_size,
             partitions=partitions,
@@ -114,14 +135,38 @@ def predict(
     if json:
         print_json(res.as_dict())
         return
+    _print_result(res)
+
+
+def _input(src: str, studies: str | None) -> tuple[str | None, str]:
+    """``(kind, source)``: ``dicom STUDIES`` or a table ``SRC``."""
+    from gpuspark.errors import GpusparkError
+
+    if src == "dicom":
+        if studies is None:
+            raise GpusparkError(
+                "predict dicom needs the folder of DICOM studies",
+                remedy="gpuspark predict dicom STUDIES --model best.pt -o OUT",
+            )
+        return "dicom", studies
+    if studies is not None:
+        raise GpusparkError(
+            f"predict takes one input, got {src!r} and {studies!r}",
+            remedy="gpuspark predict TABLE ... or gpuspark predict dicom STUDIES ...",
+        )
+    return None, src
+
+
+def _print_result(res: Any) -> None:
     loads = (
         f"{res.loads_per_worker:.2f} ({res.model_loads} loads, {res.workers} workers, "
         f"{res.tasks} tasks)"
     )
+    unit = "series" if res.input == "dicom" else "rows"
     print_table(
         f"predict -> {res.output}",
-        ["rows", "quarantined", "rows/s", "seconds", "model loads per worker"],
-        [[res.rows, res.quarantined, f"{res.rows_per_s:,.0f}", res.seconds, loads]],
+        [unit, "quarantined", f"{unit}/s", "seconds", "model loads per worker"],
+        [[res.rows, res.quarantined, f"{res.rows_per_s:,.1f}", res.seconds, loads]],
     )
     if res.by_reason:
         print_table(

@@ -1,5 +1,8 @@
-"""A ``tabular`` checkpoint as batch prediction needs it: the network and how its inputs were
-encoded (:class:`TabularServing`), read from the ``best.pt`` alone.
+"""A gpuspark checkpoint as batch prediction needs it: the file read once
+(:class:`CheckpointFile`), the training dataset's lineage it records, and for a ``tabular``
+checkpoint the network and how its inputs were encoded (:class:`TabularServing`), read from
+the ``best.pt`` alone. (A checkpoint of a recipe that reads DICOM volumes:
+:mod:`gpuspark.infer.volume`.)
 
 ``gpuspark train tabular`` records the training dataset's preprocessing in ``best.pt``
 (``payload["dataset"]["extra"]["tabular"]``: columns, statistics, vocabularies, label values;
@@ -22,24 +25,40 @@ from typing import Any
 from gpuspark.data import format as fmt
 from gpuspark.errors import CheckpointError, GpusparkError, RecipeError
 from gpuspark.train.checkpoint_dir import CHECKPOINT_NAME
+from gpuspark.train.recipes.registry import get_recipe, recipe_names
 from gpuspark.train.recipes.tabular_model import TabularNet  # imports torch
 
 __all__ = [
     "BEST_NAME",
+    "EXPORT_FORMATS",
     "SERVED_RECIPES",
+    "SERVING_FILE",
+    "CheckpointFile",
     "LoadedModel",
     "TabularServing",
     "build_network",
     "category_key",
     "checkpoint_path",
+    "lineage_extra",
     "load_model",
+    "model_format",
+    "read_checkpoint",
     "read_payload",
+    "recipe_input",
+    "volume_recipes",
 ]
 
 BEST_NAME = "best.pt"
 SERVED_RECIPES = ("tabular",)
-"""The recipes whose checkpoints :func:`gpuspark.infer.predict` serves."""
+"""The recipes whose checkpoints score tables (:func:`gpuspark.infer.predict`)."""
+SERVING_FILE = "gpuspark.json"
+"""The extra file of a TorchScript or ``torch.export`` model file that holds the recipe and
+the training dataset's lineage (written by :func:`gpuspark.infer.export.export_model`)."""
+EXPORT_FORMATS = ("torchscript", "export")
+"""Model files besides a ``best.pt``: ``torch.jit.save`` and ``torch.export.save`` (.pt2)."""
+_EXPORT_REMEDY = "export it from a tabular best.pt with gpuspark.infer.export_model(BEST, FILE)"
 _RETRAIN = "train it again with this gpuspark (`gpuspark train tabular ... --checkpoint-dir DIR`)"
+_RETRAIN_ANY = "train it again with this gpuspark (`gpuspark train ... --checkpoint-dir DIR`)"
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,30 @@ class LoadedModel:
     """The file's bytes, as read and checked (what the tasks build the network from)."""
 
 
+@dataclass(frozen=True)
+class CheckpointFile:
+    """A ``best.pt`` read once: where it is, its bytes (what the tasks build the network
+    from) and its payload (``weights_only``)."""
+
+    path: Path
+    mtime_ns: int
+    data: bytes = field(repr=False)
+    payload: dict[str, Any] = field(repr=False)
+    format: str = "checkpoint"
+    """``checkpoint`` (a ``best.pt``), ``torchscript`` or ``export`` (:data:`EXPORT_FORMATS`:
+    then ``payload`` holds the recipe and lineage of :data:`SERVING_FILE`, no weights)."""
+
+    @property
+    def recipe(self) -> str:
+        """The recipe that trained it."""
+        return str(self.payload["recipe"])
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The path and modification time: the key of the per-worker model cache."""
+        return str(self.path), self.mtime_ns
+
+
 def category_key(value: Any) -> str:
     """A vocabulary value as the prep job matches it: Spark's cast to text."""
     if isinstance(value, bool):
@@ -116,8 +159,8 @@ def checkpoint_path(model: str | os.PathLike[str]) -> Path:
         if not (p / BEST_NAME).is_file():
             raise CheckpointError(
                 f"model {text} is a directory without {BEST_NAME}",
-                remedy="pass the best.pt a `gpuspark train tabular --checkpoint-dir DIR` run "
-                "wrote, or DIR itself",
+                remedy="pass the best.pt a `gpuspark train --checkpoint-dir DIR` run wrote, "
+                "or DIR itself",
             )
         p = p / BEST_NAME
     elif not p.exists():
@@ -159,41 +202,122 @@ def read_payload(path: Path, data: bytes | None = None) -> dict[str, Any]:
     return payload
 
 
-def load_model(model: str | os.PathLike[str]) -> LoadedModel:
-    """Read and check the ``best.pt`` that ``model`` names (see the module docstring);
-    raises a one-line :class:`CheckpointError` or :class:`RecipeError`."""
+def read_checkpoint(model: str | os.PathLike[str] | CheckpointFile) -> CheckpointFile:
+    """The ``best.pt`` that ``model`` names (the file or its run folder), read and checked to
+    be a gpuspark checkpoint; a :class:`CheckpointFile` is returned as it is."""
+    if isinstance(model, CheckpointFile):
+        return model
     path = checkpoint_path(model)
     mtime_ns = path.stat().st_mtime_ns
     data = path.read_bytes()
-    payload = read_payload(path, data)
-    recipe = str(payload["recipe"])
+    kind = model_format(data)
+    if kind == "checkpoint":
+        return CheckpointFile(path, mtime_ns, data, read_payload(path, data))
+    return CheckpointFile(path, mtime_ns, data, _exported_payload(path, data, kind), kind)
+
+
+def model_format(data: bytes) -> str:
+    """What a model file's bytes hold: ``torchscript`` (``torch.jit.save``: a ``code/``
+    folder), ``export`` (``torch.export.save``: an ``archive_format`` entry) or
+    ``checkpoint`` (anything else; :func:`read_payload` checks it)."""
+    try:
+        names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    except zipfile.BadZipFile:
+        return "checkpoint"
+    if any("/code/" in n for n in names):
+        return "torchscript"
+    if any(n.endswith("/archive_format") for n in names):
+        return "export"
+    return "checkpoint"
+
+
+def _exported_payload(path: Path, data: bytes, kind: str) -> dict[str, Any]:
+    """The recipe and lineage of a TorchScript or ``torch.export`` file (its
+    :data:`SERVING_FILE`)."""
+    import json
+
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    found = [n for n in archive.namelist() if n.endswith(f"/extra/{SERVING_FILE}")]
+    what = "TorchScript" if kind == "torchscript" else "torch.export"
+    if not found:
+        raise CheckpointError(
+            f"model {path} is a {what} file without gpuspark's preprocessing ({SERVING_FILE})",
+            remedy=_EXPORT_REMEDY,
+        )
+    try:
+        meta = json.loads(archive.read(found[0]))
+        return {"recipe": str(meta["recipe"]), "dataset": dict(meta["dataset"]), "format": kind}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            f"model {path}: its {SERVING_FILE} cannot be read ({type(exc).__name__}: {exc})",
+            remedy=_EXPORT_REMEDY,
+        ) from None
+
+
+def recipe_input(recipe: str) -> str:
+    """What the registered recipe ``recipe`` reads (its ``input_kind``: ``"table"``,
+    ``"volume"``, ...); ``""`` for a recipe this process does not know."""
+    try:
+        return get_recipe(recipe).input_kind
+    except RecipeError:
+        return ""
+
+
+def volume_recipes() -> tuple[str, ...]:
+    """The registered recipes trained on ``gpuspark prep dicom`` volumes (``resnet3d``)."""
+    return tuple(n for n in recipe_names() if recipe_input(n) == "volume")
+
+
+def load_model(model: str | os.PathLike[str] | CheckpointFile) -> LoadedModel:
+    """Read and check the ``tabular`` ``best.pt`` that ``model`` names (see the module
+    docstring); raises a one-line :class:`CheckpointError` or :class:`RecipeError`."""
+    ckpt = read_checkpoint(model)
+    path, payload, recipe = ckpt.path, ckpt.payload, ckpt.recipe
     if recipe not in SERVED_RECIPES:
+        if recipe_input(recipe) == "volume":
+            raise RecipeError(
+                f"model {path} is of recipe {recipe!r}, which scores DICOM studies, not tables",
+                remedy=f"score DICOM studies with `gpuspark predict dicom STUDIES --model {path}`",
+            )
         raise RecipeError(
-            f"model {path} is of recipe {recipe!r}; predict serves {', '.join(SERVED_RECIPES)}",
+            f"model {path} is of recipe {recipe!r}; predict serves {', '.join(SERVED_RECIPES)} "
+            f"(tables) and {', '.join(volume_recipes())} (DICOM studies)",
             remedy="pass a checkpoint of `gpuspark train tabular`",
         )
     serving = _serving(path, payload)
-    hidden, layers = _shape(path, payload["model"], serving)
+    if ckpt.format == "checkpoint":
+        hidden, layers = _shape(path, payload["model"], serving)
+    else:
+        hidden, layers = _check_exported(ckpt, serving)
     return LoadedModel(
         path=str(path),
-        mtime_ns=mtime_ns,
+        mtime_ns=ckpt.mtime_ns,
         recipe=recipe,
         serving=serving,
         hidden=hidden,
         layers=layers,
         epoch=payload.get("epoch"),
         scores=dict(payload.get("scores") or {}),
-        data=data,
+        data=ckpt.data,
     )
+
+
+def lineage_extra(path: Path, payload: dict[str, Any]) -> tuple[Mapping[str, Any], str | None]:
+    """The training dataset's ``manifest.extra`` as the checkpoint records it
+    (``payload["dataset"]``, see :func:`gpuspark.train.recipes.rank.dataset_lineage`) and
+    the dataset's path; for a ``best.pt`` of a version that did not record it, the manifest
+    of the dataset it names, if that is still there."""
+    lineage = payload.get("dataset")
+    if isinstance(lineage, Mapping) and isinstance(lineage.get("extra"), Mapping):
+        path_text = lineage.get("path")
+        return lineage["extra"], str(path_text) if path_text is not None else None
+    return _manifest_extra(path, payload)
 
 
 def _serving(path: Path, payload: dict[str, Any]) -> TabularServing:
     """The preprocessing the checkpoint records, else its training dataset's manifest's."""
-    lineage = payload.get("dataset")
-    if isinstance(lineage, Mapping) and isinstance(lineage.get("extra"), Mapping):
-        tab, dataset = lineage["extra"].get("tabular"), lineage.get("path")
-    else:
-        tab, dataset = _manifest_extra(path, payload)
+    extra, dataset = lineage_extra(path, payload)
+    tab = extra.get("tabular")
     try:
         if not isinstance(tab, Mapping):
             raise KeyError("tabular")
@@ -205,14 +329,14 @@ def _serving(path: Path, payload: dict[str, Any]) -> TabularServing:
         ) from None
 
 
-def _manifest_extra(path: Path, payload: dict[str, Any]) -> tuple[Any, str | None]:
+def _manifest_extra(path: Path, payload: dict[str, Any]) -> tuple[Mapping[str, Any], str | None]:
     """A ``best.pt`` of a version that did not record the preprocessing: its dataset's."""
     config = payload.get("config")
     data = (config.get("dataset") or {}).get("data") if isinstance(config, Mapping) else None
     if not data:
         raise CheckpointError(
             f"model {path} records neither its preprocessing nor its training dataset",
-            remedy=_RETRAIN,
+            remedy=_RETRAIN_ANY,
         )
     try:
         manifest = fmt.load_manifest(data)
@@ -220,9 +344,9 @@ def _manifest_extra(path: Path, payload: dict[str, Any]) -> tuple[Any, str | Non
         raise CheckpointError(
             f"model {path} does not record its preprocessing and its training dataset {data} "
             f"cannot be read ({exc.message})",
-            remedy=f"restore {data}, or {_RETRAIN}",
+            remedy=f"restore {data}, or {_RETRAIN_ANY}",
         ) from None
-    return manifest.extra.get("tabular"), str(data)
+    return manifest.extra, str(data)
 
 
 @dataclass(frozen=True)
@@ -272,9 +396,41 @@ def _shape(path: Path, state: Mapping[str, Any], serving: TabularServing) -> tup
     return shape.hidden, shape.layers
 
 
+def _check_exported(ckpt: CheckpointFile, serving: TabularServing) -> tuple[int, int]:
+    """An exported network run on two rows of the width ``serving`` encodes: one output per
+    label value, else a one-line error. Its shape is not known: ``(0, 0)``."""
+    import torch
+
+    width = len(serving.features)
+    try:
+        net = build_network(ckpt.data, str(ckpt.path))
+        with torch.inference_mode():
+            shape = tuple(net(torch.zeros(2, width)).shape)
+    except Exception as exc:  # torch raises many types for a model that cannot run
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        shape, why = (), f"{type(exc).__name__}: {first}"
+    else:
+        why = f"output shape {list(shape)}"
+    if shape != (2, len(serving.label_values)):
+        raise CheckpointError(
+            f"model {ckpt.path} does not score rows of its {width} encoded columns into "
+            f"{len(serving.label_values)} classes ({why})",
+            remedy=_EXPORT_REMEDY,
+        )
+    return 0, 0
+
+
 def build_network(data: bytes, path: str) -> Any:
-    """The network of the ``best.pt`` bytes ``data`` (read from ``path``), in eval mode on
-    the CPU."""
+    """The network of the model file bytes ``data`` (read from ``path``), in eval mode on
+    the CPU: a ``best.pt``'s ``TabularNet``, a TorchScript module or the module of a
+    ``torch.export`` program."""
+    import torch
+
+    kind = model_format(data)
+    if kind == "torchscript":
+        return torch.jit.load(io.BytesIO(data), map_location="cpu").eval()
+    if kind == "export":
+        return torch.export.load(io.BytesIO(data)).module()  # exported in eval mode
     state = read_payload(Path(path), data)["model"]
     shape = _net_shape(path, state)
     net = TabularNet(

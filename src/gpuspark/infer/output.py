@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,16 @@ from typing import Any
 from gpuspark import storage
 from gpuspark.errors import DatasetExistsError, GpusparkError
 
-__all__ = ["MARKER", "QUARANTINE_DIR", "check_destination", "staged_output", "write_marker"]
+__all__ = [
+    "MARKER",
+    "QUARANTINE_DIR",
+    "check_destination",
+    "count_by_reason",
+    "count_rows",
+    "parquet_files",
+    "staged_output",
+    "write_marker",
+]
 
 MARKER = "_gpuspark-predict.json"
 QUARANTINE_DIR = "_quarantine"
@@ -107,3 +116,27 @@ def _commit(tmp: Path, root: Path, overwrite: bool) -> None:
         write_marker(tmp, {})
     _check_replaceable(root, overwrite)
     storage.swap_into_place(tmp, root)
+
+
+def parquet_files(folder: Path) -> list[Path]:
+    """The Parquet part files of ``folder`` (names starting with ``.`` or ``_`` left out)."""
+    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
+
+
+def count_rows(folder: Path) -> int:
+    """Rows of the Parquet part files in ``folder`` (from their footers)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in parquet_files(folder))
+
+
+def count_by_reason(folder: Path, key: Callable[[str], str] = str) -> dict[str, int]:
+    """Rows of the quarantine table ``folder`` per ``key(reason)``, most first."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, int] = {}
+    for p in parquet_files(folder):
+        for reason in pq.read_table(p, columns=["reason"]).column("reason").to_pylist():
+            k = key(str(reason))
+            out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))

@@ -1,14 +1,15 @@
-""":func:`predict`: a table (Parquet, or a Spark DataFrame) scored with a ``tabular`` checkpoint
-as a Spark data job, the predictions committed as one Parquet folder.
+""":func:`predict_table`: a table (Parquet, or a Spark DataFrame) scored with a ``tabular``
+checkpoint as a Spark data job, the predictions committed as one Parquet folder.
 
 Before any Spark job: the options, the checkpoint (recipe, network, preprocessing), the
 input's columns against the model's (a local Parquet input's schema is read with pyarrow, a
 DataFrame's is known) and the destination. Then, through the one submit path
 (:func:`gpuspark.cluster.submit.prepare_job`, a data session: the spec's fractional task GPU
-amount), two jobs write into a folder beside the destination: the rows that cannot be scored
-with their reason (``_quarantine/``, no model involved), and the scored rows
-(``mapInArrow``, :mod:`gpuspark.infer.worker`). The folder is renamed into place last
-(:mod:`gpuspark.infer.output`).
+amount), the scoring job writes into a folder beside the destination: the rows encoded and
+checked by Spark expressions, then ``mapInArrow`` (:mod:`gpuspark.infer.worker`) scores the
+rows without a reason and counts the others. Only when it counted some does a second job
+write those rows with their reason (``_quarantine/``, no model involved); clean input is read
+once. The folder is renamed into place last (:mod:`gpuspark.infer.output`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,62 +36,34 @@ from gpuspark.infer.features import (
     plan_input,
     spark_kinds,
 )
-from gpuspark.infer.model import LoadedModel, TabularServing, category_key, load_model
-from gpuspark.infer.output import QUARANTINE_DIR, check_destination, staged_output, write_marker
+from gpuspark.infer.model import (
+    CheckpointFile,
+    LoadedModel,
+    TabularServing,
+    category_key,
+    load_model,
+)
+from gpuspark.infer.output import (
+    QUARANTINE_DIR,
+    check_destination,
+    count_by_reason,
+    count_rows,
+    staged_output,
+    write_marker,
+)
+from gpuspark.infer.result import PredictResult, finish, worker_fields
 from gpuspark.infer.worker import ScoreTask, WorkerStatsParam, score_function
 
-__all__ = ["DEFAULT_BATCH_SIZE", "PredictResult", "predict"]
+__all__ = ["DEFAULT_BATCH_SIZE", "arrow_batches", "predict_table", "prob_columns"]
 
 DEFAULT_BATCH_SIZE = 4096
 _ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 _SLUG = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-@dataclass
-class PredictResult:
-    """What :func:`predict` wrote and how it went."""
-
-    output: str
-    quarantine: str
-    """The quarantine table (a Parquet folder inside ``output``, skipped by readers)."""
-    model: str
-    source: str
-    rows: int
-    """Rows scored (in the predictions)."""
-    quarantined: int
-    by_reason: dict[str, int]
-    columns: list[str]
-    seconds: float
-    """The whole call, the session's start included."""
-    predict_s: float
-    """The scoring job."""
-    rows_per_s: float
-    """``rows`` / ``predict_s``."""
-    batch_size: int
-    tasks: int
-    batches: int
-    workers: int
-    """Python workers that ran scoring tasks."""
-    model_loads: int
-    """Checkpoint loads in those workers (a reused worker from an earlier job may load none)."""
-    max_loads_per_worker: int
-    devices: dict[str, int] = field(default_factory=dict)
-    """Rows scored per device (``cpu``, ``cuda:0``, ...)."""
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def loads_per_worker(self) -> float:
-        """Mean checkpoint loads per Python worker."""
-        return self.model_loads / self.workers if self.workers else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain-data view (for ``--json``)."""
-        return {**asdict(self), "loads_per_worker": round(self.loads_per_worker, 3)}
-
-
-def predict(
+def predict_table(
     source: Any,
-    model: str | os.PathLike[str],
+    model: str | os.PathLike[str] | CheckpointFile,
     dst: str | os.PathLike[str],
     *,
     id: str | None = None,
@@ -140,7 +112,7 @@ def predict(
         with staged_output(root, overwrite) as tmp:
             run = _Run(session, loaded, plan, tmp, batch_size, progress)
             result = run.execute(df if not partitions else df.repartition(partitions))
-            result = _finish(result, root, src, t0)
+            result = finish(result, root, src, t0)
             write_marker(tmp, {"model": loaded.path, "source": src, "rows": result.rows})
     return result
 
@@ -214,7 +186,8 @@ def _read(spark: Any, src: str) -> Any:
 
 
 class _Run:
-    """The two Spark jobs of one call, writing into the staging folder ``tmp``."""
+    """The Spark jobs of one call, writing into the staging folder ``tmp``: the scoring job,
+    and the quarantine job when rows were left out."""
 
     def __init__(
         self,
@@ -229,28 +202,21 @@ class _Run:
         self.batch_size, self.progress = batch_size, progress
 
     def execute(self, df: Any) -> PredictResult:
-        from pyspark.sql import functions as F
-
         sc = self.spark.sparkContext
         counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
         stats = sc.accumulator({}, WorkerStatsParam())
         model_bytes = sc.broadcast(self.loaded.data)
         encoded = encoded_frame(df, self.loaded.serving, self.plan.keep)
-        keep = [column(c) for c in self.plan.keep]
         try:
             with Watcher(self.spark, self.progress, counters, phase="predict") as watch:
                 t_predict = time.monotonic()
-                scored = self._scored(encoded, model_bytes, counters["rows"], stats)
-                with _arrow_batches(self.spark, self.batch_size):
+                scored = self._scored(encoded, model_bytes, counters, stats)
+                with arrow_batches(self.spark, self.batch_size):
                     scored.write.mode("append").parquet(str(self.tmp))
                 predict_s = time.monotonic() - t_predict
                 watch.phase = "quarantine"
-                bad = encoded.filter(F.col(REASON_COL).isNotNull())
-                bad.select(*keep, F.col(REASON_COL).alias("reason")).write.parquet(
-                    str(self.tmp / QUARANTINE_DIR)
-                )
-                by_reason = _by_reason(self.tmp / QUARANTINE_DIR)
-                counters["quarantined"].add(sum(by_reason.values()))
+                self._write_quarantine(encoded, counters["quarantined"].value)
+                by_reason = count_by_reason(self.tmp / QUARANTINE_DIR, _reason_key)
         finally:
             model_bytes.destroy()
         workers = dict(stats.value)
@@ -259,7 +225,7 @@ class _Run:
             quarantine=str(self.tmp / QUARANTINE_DIR),
             model=self.loaded.path,
             source="",
-            rows=_rows(self.tmp),
+            rows=count_rows(self.tmp),
             quarantined=sum(by_reason.values()),
             by_reason=by_reason,
             columns=[*self.plan.keep, *self._probs(), "prediction"],
@@ -267,17 +233,30 @@ class _Run:
             predict_s=round(predict_s, 3),
             rows_per_s=0.0,
             batch_size=self.batch_size,
-            tasks=sum(w["tasks"] for w in workers.values()),
-            batches=sum(w["batches"] for w in workers.values()),
-            workers=len(workers),
-            model_loads=sum(w["loads"] for w in workers.values()),
-            max_loads_per_worker=max((w["loads"] for w in workers.values()), default=0),
-            devices=_devices(workers),
             timings=dict(watch.timings),
+            **worker_fields(workers),
         )
 
-    def _scored(self, encoded: Any, model_bytes: Any, rows_acc: Any, stats: Any) -> Any:
+    def _write_quarantine(self, encoded: Any, seen: int) -> None:
+        """The rows with a reason, and the reason: a second Spark job over the input when
+        the scoring tasks left rows out, else an empty table written here (no second pass
+        over the input for clean data)."""
+        import pyarrow.parquet as pq
         from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        bad = encoded.select(
+            *(column(c) for c in self.plan.keep), F.col(REASON_COL).alias("reason")
+        )
+        folder = self.tmp / QUARANTINE_DIR
+        if seen:
+            bad.filter(F.col("reason").isNotNull()).write.parquet(str(folder))
+            return
+        folder.mkdir()
+        schema = to_arrow_schema(bad.schema)
+        pq.write_table(schema.empty_table(), folder / "part-00000.parquet")
+
+    def _scored(self, encoded: Any, model_bytes: Any, counters: dict[str, Any], stats: Any) -> Any:
         from pyspark.sql.types import DoubleType, StructField, StructType
 
         serving = self.loaded.serving
@@ -296,9 +275,8 @@ class _Run:
             numeric=len(serving.numeric),
             categorical=len(serving.categorical),
         )
-        ok = encoded.filter(F.col(REASON_COL).isNull()).drop(REASON_COL)
-        fn = score_function(task, model_bytes, rows_acc, stats)
-        return ok.mapInArrow(fn, StructType(fields))
+        fn = score_function(task, model_bytes, counters, stats)
+        return encoded.mapInArrow(fn, StructType(fields))
 
     def _probs(self) -> tuple[str, ...]:
         return prob_columns(self.loaded.serving, self.plan.keep)
@@ -340,7 +318,7 @@ def _spark_type(name: str) -> Any:
 
 
 @contextmanager
-def _arrow_batches(spark: Any, rows: int) -> Iterator[None]:
+def arrow_batches(spark: Any, rows: int) -> Iterator[None]:
     """Arrow batches of at most ``rows`` rows into the tasks, for this job only."""
     old = spark.conf.get(_ARROW_BATCH)
     spark.conf.set(_ARROW_BATCH, str(rows))
@@ -350,41 +328,6 @@ def _arrow_batches(spark: Any, rows: int) -> Iterator[None]:
         spark.conf.set(_ARROW_BATCH, old)
 
 
-def _parquet_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
-
-
-def _rows(folder: Path) -> int:
-    """Rows of the Parquet part files in ``folder`` (from their footers)."""
-    import pyarrow.parquet as pq
-
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in _parquet_files(folder))
-
-
-def _by_reason(folder: Path) -> dict[str, int]:
-    """Quarantined rows per reason (``column NAME: what``, the value left out), most first."""
-    import pyarrow.parquet as pq
-
-    out: dict[str, int] = {}
-    for p in _parquet_files(folder):
-        for reason in pq.read_table(p, columns=["reason"]).column("reason").to_pylist():
-            key = ": ".join(str(reason).split(": ")[:2])
-            out[key] = out.get(key, 0) + 1
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-
-def _devices(workers: dict[str, dict[str, Any]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for w in workers.values():
-        out[str(w.get("device"))] = out.get(str(w.get("device")), 0) + int(w["rows"])
-    return out
-
-
-def _finish(result: PredictResult, root: Path, src: str, t0: float) -> PredictResult:
-    """The result as the committed folder will show it."""
-    result.output = str(root)
-    result.quarantine = str(root / QUARANTINE_DIR)
-    result.source = src
-    result.seconds = round(time.monotonic() - t0, 3)
-    result.rows_per_s = round(result.rows / result.predict_s, 1) if result.predict_s else 0.0
-    return result
+def _reason_key(reason: str) -> str:
+    """A row's reason without the value (``column NAME: what``)."""
+    return ": ".join(reason.split(": ")[:2])

@@ -18,16 +18,19 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpuspark.infer.features import CODES_COL, NUMBERS_COL
+from gpuspark.infer.features import CODES_COL, NUMBERS_COL, REASON_COL
 from gpuspark.infer.model import build_network
 
 __all__ = [
+    "ListParam",
     "ScoreTask",
     "WorkerStatsParam",
     "cached_network",
     "load_count",
+    "report_task",
     "score_function",
     "task_device",
+    "task_setup",
 ]
 
 _CACHE: dict[tuple[str, int], dict[str, Any]] = {}
@@ -42,17 +45,21 @@ def load_count() -> int:
 
 
 def cached_network(
-    key: tuple[str, int], read: Callable[[], bytes], device: Any
+    key: tuple[str, int],
+    read: Callable[[], bytes],
+    device: Any,
+    build: Callable[[bytes, str], Any] = build_network,
 ) -> tuple[Any, bool]:
     """The network of checkpoint ``key`` on ``device`` and whether it was loaded now:
-    ``read()`` is called on the first use in this process only; another device gets a copy
-    of the loaded network, not another load."""
+    ``read()`` and ``build(bytes, path)`` (default: a ``tabular`` network) are called on the
+    first use in this process only; another device gets a copy of the loaded network, not
+    another load."""
     nets = _CACHE.get(key)
     loaded = nets is None
     if nets is None:
         while len(_CACHE) >= _KEEP:
             _CACHE.pop(next(iter(_CACHE)))
-        net = build_network(read(), key[0])
+        net = build(read(), key[0])
         _LOADS[0] += 1
         nets = _CACHE[key] = {"cpu": net}
     where = str(device)
@@ -91,6 +98,17 @@ class WorkerStatsParam:
         return value1
 
 
+class ListParam:
+    """Concatenates the lists the tasks add (an accumulator param), e.g. quarantine rows."""
+
+    def zero(self, value: list[Any]) -> list[Any]:
+        return []
+
+    def addInPlace(self, value1: list[Any], value2: list[Any]) -> list[Any]:
+        value1.extend(value2)
+        return value1
+
+
 @dataclass(frozen=True)
 class ScoreTask:
     """What every task needs to score (pickled into the tasks: plain values)."""
@@ -110,41 +128,57 @@ class ScoreTask:
 
 
 def score_function(
-    task: ScoreTask, model_bytes: Any, rows_acc: Any, stats_acc: Any
+    task: ScoreTask, model_bytes: Any, counters: dict[str, Any], stats_acc: Any
 ) -> Callable[[Iterable[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function: every input batch cut into batches of at most
-    ``task.batch_size`` rows, each scored and yielded with the kept columns."""
+    """The ``mapInArrow`` function: the rows with a reason (:data:`REASON_COL`) left out and
+    counted (``counters["quarantined"]``; the quarantine job writes them), the others cut
+    into batches of at most ``task.batch_size`` rows, each scored and yielded with the kept
+    columns."""
 
     def score(batches: Iterable[Any]) -> Iterator[Any]:
-        import torch
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        device = task_device(ctx)
-        if ctx is not None:
-            torch.set_num_threads(max(1, int(ctx.cpus())))
+        device = task_setup()
         net, loaded = cached_network(task.key, lambda: model_bytes.value, device)
         n_batches = n_rows = 0
-        for batch in batches:
+        for batch in _scorable(batches, counters["quarantined"]):
             for start in range(0, batch.num_rows, task.batch_size):
                 part = batch.slice(start, task.batch_size)
                 yield _scored(task, net, device, part)
                 n_batches, n_rows = n_batches + 1, n_rows + part.num_rows
-                rows_acc.add(part.num_rows)
-        worker = f"{socket.gethostname()}:{os.getpid()}"
-        stats_acc.add(
-            {
-                worker: {
-                    "loads": int(loaded),
-                    "tasks": 1,
-                    "batches": n_batches,
-                    "rows": n_rows,
-                    "device": str(device),
-                }
-            }
-        )
+                counters["rows"].add(part.num_rows)
+        report_task(stats_acc, loaded, n_batches, n_rows, device)
 
     return score
+
+
+def _scorable(batches: Iterable[Any], quarantined: Any) -> Iterator[Any]:
+    """The batches without their rows that have a reason (counted)."""
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        reason = batch.column(REASON_COL)
+        if reason.null_count < batch.num_rows:
+            quarantined.add(batch.num_rows - reason.null_count)
+            batch = batch.filter(pc.is_null(reason))
+        if batch.num_rows:
+            yield batch
+
+
+def task_setup() -> Any:
+    """In a task: its device (:func:`task_device`) and as many torch threads as its CPUs."""
+    import torch
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is not None:
+        torch.set_num_threads(max(1, int(ctx.cpus())))
+    return task_device(ctx)
+
+
+def report_task(stats_acc: Any, loaded: bool, batches: int, rows: int, device: Any) -> None:
+    """Add this task's worker, load, batches, rows and device to the job's statistics."""
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    stats = {"loads": int(loaded), "tasks": 1, "batches": batches, "rows": rows}
+    stats_acc.add({worker: {**stats, "device": str(device)}})
 
 
 def _scored(task: ScoreTask, net: Any, device: Any, batch: Any) -> Any:
@@ -166,8 +200,8 @@ def _scored(task: ScoreTask, net: Any, device: Any, batch: Any) -> Any:
     best = probs.argmax(1) if n else np.zeros(0, dtype=np.int64)
     columns = [batch.column(c) for c in task.keep]
     columns += [pa.array(np.ascontiguousarray(probs[:, k])) for k in range(probs.shape[1])]
-    labels = [task.label_values[int(i)] for i in best]
-    columns.append(pa.array(labels, type=pa.type_for_alias(task.prediction_type)))
+    values = pa.array(task.label_values, type=pa.type_for_alias(task.prediction_type))
+    columns.append(values.take(pa.array(best, type=pa.int64())))
     return pa.RecordBatch.from_arrays(columns, names=[*task.keep, *task.probs, "prediction"])
 
 
