@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark._util.extras import require
 from gpuspark.demo.staging import commit_dir, staging_dir
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 CT_IMAGE_STORAGE = "1.2.840.10008.5.1.4.1.1.2"
+_SYNTH = "writing synthetic DICOM"  # what needs the [dicom] extra (pydicom)
 AIR_HU = -1000
 FAT_HU = -100
 SOFT_HU = 40
@@ -94,8 +96,7 @@ class CohortSummary:
 
 
 def _uid(seed: int, *parts: object) -> Any:
-    from pydicom.uid import generate_uid
-
+    generate_uid = require("pydicom.uid", "dicom", _SYNTH).generate_uid
     return str(generate_uid(entropy_srcs=[f"gpuspark-synth-{seed}", *map(str, parts)]))
 
 
@@ -223,8 +224,12 @@ def render_phantom(p: SeriesParams) -> Any:
 
 def _slice_dataset(p: SeriesParams, k: int, z: float, hu: Any, seed: int) -> Any:
     import numpy as np
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import PYDICOM_IMPLEMENTATION_UID, UID, ExplicitVRLittleEndian
+
+    dataset = require("pydicom.dataset", "dicom", _SYNTH)
+    uid = require("pydicom.uid", "dicom", _SYNTH)
+    Dataset, FileMetaDataset = dataset.Dataset, dataset.FileMetaDataset
+    UID, ExplicitVRLittleEndian = uid.UID, uid.ExplicitVRLittleEndian
+    PYDICOM_IMPLEMENTATION_UID = uid.PYDICOM_IMPLEMENTATION_UID
 
     sop_uid = _uid(seed, "sop", p.index, k)
     meta = FileMetaDataset()

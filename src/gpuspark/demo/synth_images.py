@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuspark._util.extras import require
 from gpuspark.demo.staging import commit_dir, staging_dir
 
 __all__ = ["ImageSetSummary", "synth_images"]
@@ -29,7 +30,9 @@ _SHAPES = ("circle", "square", "triangle", "cross", "ring", "bars", "diamond", "
 
 def _draw_image(cls: int, k: int, rng: Any) -> Any:
     import numpy as np
-    from PIL import Image, ImageDraw
+
+    Image = require("PIL.Image", "images", "drawing synthetic images")
+    ImageDraw = require("PIL.ImageDraw", "images", "drawing synthetic images")
 
     w, h = int(rng.integers(64, 161)), int(rng.integers(64, 161))
     bg = tuple(int(v) for v in rng.integers(0, 90, size=3))

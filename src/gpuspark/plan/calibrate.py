@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspark import launch
+from gpuspark._util.extras import check_extras, require
 from gpuspark.plan import formulas as f
 from gpuspark.plan.calibration import (
     AllreduceRow,
@@ -41,6 +42,7 @@ __all__ = [
 
 DEFAULT_SIZES = tuple(4 * 4**i for i in range(0, 12))
 """Message sizes of the sweep: 4 B to 16 MiB, x4 apart."""
+_DECODE_PROBE = "plan calibrate's decode probe"  # JPEG: the [images] extra
 
 
 @dataclass
@@ -285,10 +287,10 @@ def decode_probe(samples: int = 200) -> dict[str, float]:
     import io
 
     import numpy as np
-    from PIL import Image
 
     from gpuspark.train.recipes import decode_image, decode_volume
 
+    Image = require("PIL.Image", "images", _DECODE_PROBE)
     rng = np.random.default_rng(0)
     buf = io.BytesIO()
     img = rng.integers(0, 255, (375, 500, 3), dtype=np.uint8)
@@ -332,6 +334,8 @@ def calibrate(
 
     o = opts or CalibrateOptions()
     check_calibrate(o, local=local)
+    if o.decode:  # measured last: a missing extra is said before the ranks run
+        check_extras(_DECODE_PROBE, ("PIL", "images"), ("simplejpeg", "images"))
     res = launch.run(_probe_rank, o, num_processes=o.ranks, local=local, spec=spec)
     rows = tuple(AllreduceRow(**r) for r in res["rows"])
     cal = Calibration(allreduce=AllreduceSweep(world=o.ranks, backend=res["backend"], rows=rows))

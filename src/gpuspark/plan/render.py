@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuspark import storage
+from gpuspark._util.extras import require
 from gpuspark.plan.model import Plan
 
 __all__ = ["breakdown_rows", "format_duration", "plot_scaling", "sweep_rows"]
@@ -71,10 +72,9 @@ def sweep_rows(plans: Sequence[Plan]) -> list[list[str]]:
 
 def plot_scaling(plans: Sequence[Plan], path: str | os.PathLike[str], title: str = "") -> Path:
     """A PNG: samples/s (and the linear ideal) and exposed-communication share vs nodes."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plot", "plotting a plan")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "plot", "plotting a plan")
 
     nodes = [p.nodes for p in plans]
     ideal = [plans[0].samples_per_s / plans[0].nodes * n for n in nodes]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from gpuspark import storage
+from gpuspark._util.extras import require
 from gpuspark.cluster.submit import embedded
 from gpuspark.errors import ClusterError
 from gpuspark.monitor.names import CUDA_ALLOCATED
@@ -108,10 +109,9 @@ def quota_status(
 def plot_usage(rows: list[TeamUsage], path: str | os.PathLike[str], title: str = "") -> Path:
     """A PNG bar chart: per team, GPUs guaranteed / max / in use (and GPU-hours used vs
     guaranteed when known). Written atomically (temp file + rename)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plot", "plotting GPU usage")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "plot", "plotting GPU usage")
 
     teams = [r.team for r in rows]
     hours = any(r.gpu_hours is not None for r in rows)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO
+
+from crc32c import crc32c
 
 from gpuspark import storage
 from gpuspark.errors import CorruptRecordError
@@ -36,32 +38,12 @@ _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 
 
-def _crc32c_function() -> Callable[[bytes | bytearray | memoryview], int]:
-    """``crc32c.crc32c`` (hardware CRC, reads any buffer in place: a memory-mapped record is
-    checked without a copy); else ``google_crc32c.value``, whose C extension takes only
-    ``bytes`` and so costs a copy of every memoryview."""
-    try:
-        from crc32c import crc32c
-
-        return crc32c
-    except ImportError:
-        import google_crc32c
-
-        def value(data: bytes | bytearray | memoryview) -> int:
-            return int(google_crc32c.value(data if isinstance(data, bytes) else bytes(data)))
-
-        return value
-
-
-_crc32c: Callable[[bytes | bytearray | memoryview], int] | None = None
-
-
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
-    """TensorFlow's masked CRC-32C of ``data`` (``((crc >> 15) | (crc << 17)) + 0xa282ead8``)."""
-    global _crc32c
-    if _crc32c is None:
-        _crc32c = _crc32c_function()
-    crc = _crc32c(data)
+    """TensorFlow's masked CRC-32C of ``data`` (``((crc >> 15) | (crc << 17)) + 0xa282ead8``).
+
+    ``crc32c`` is a hardware CRC that reads any buffer in place: a memory-mapped record is
+    checked without a copy."""
+    crc = crc32c(data)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 

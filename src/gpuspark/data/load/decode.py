@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuspark._util.extras import require
 from gpuspark.data import format as fmt
 from gpuspark.data.checks import check_size
 from gpuspark.errors import GpusparkError
@@ -46,10 +47,9 @@ def decode_image(data: bytes | memoryview, fmt: str | None = None, backend: str 
         )
     is_jpeg = (fmt or "").lower() in ("jpeg", "jpg") or bytes(data[:2]) == b"\xff\xd8"
     if is_jpeg and backend != "pillow":
-        import simplejpeg
-
+        simplejpeg = require("simplejpeg", "images", "decoding JPEG images")
         return simplejpeg.decode_jpeg(data, colorspace="RGB")
-    from PIL import Image
+    Image = require("PIL.Image", "images", "decoding images")
 
     with Image.open(io.BytesIO(data)) as img:
         return np.asarray(img.convert("RGB"))

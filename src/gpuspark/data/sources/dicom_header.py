@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuspark import storage
+from gpuspark._util.extras import require
 from gpuspark.data.sources.records import QuarantineError, read_bytes
 
 __all__ = [
@@ -156,8 +157,7 @@ def read_dataset(uri: str, data: bytes | None, *, header_only: bool) -> Any:
     ``header_only`` (``stop_before_pixels``). Unreadable files raise :class:`QuarantineError`."""
     import io
 
-    import pydicom
-
+    pydicom = require("pydicom", "dicom", "reading DICOM files")
     src: Any
     if data is not None:
         src = io.BytesIO(data)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspark._util.extras import require
 from gpuspark.data.checks import check_size
 from gpuspark.data.sources.listing import walk_unit
 from gpuspark.data.sources.records import QuarantineError, local_path, read_bytes
@@ -57,8 +58,7 @@ def class_of(uri: str, root: str) -> tuple[str, str]:
 
 
 def _decode(data: bytes) -> Any:
-    from PIL import Image
-
+    Image = require("PIL.Image", "images", "reading image files")
     img = Image.open(io.BytesIO(data))
     fmt = (img.format or "").lower()
     if fmt not in {"jpeg", "png"}:
@@ -68,8 +68,7 @@ def _decode(data: bytes) -> Any:
 
 
 def _resize_shorter(img: Any, size: int) -> Any:
-    from PIL import Image
-
+    Image = require("PIL.Image", "images", "resizing images")
     w, h = img.size
     scale = size / min(w, h)
     new = (max(1, round(w * scale)), max(1, round(h * scale)))

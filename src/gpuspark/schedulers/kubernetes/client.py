@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark._util import envvars
+from gpuspark._util.extras import require
 from gpuspark.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ _FIX_CONFIG = (
     f"context), or pass the API server as --master k8s://https://host:6443 with "
     f"{envvars.K8S_TOKEN.name}"
 )
+_K8S = "talking to a Kubernetes API server"  # what needs the [kubernetes] extra
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,8 @@ class KubeClient:
             ) from exc
 
     def _send(self, path: str) -> Any:
-        import httpx2
-        from lightkube.core.exceptions import ConfigError
+        ConfigError = require("lightkube.core.exceptions", "kubernetes", _K8S).ConfigError
+        httpx2 = require("httpx2", "kubernetes", _K8S)
 
         try:
             return self._http.get(path)
@@ -146,13 +148,13 @@ def connect(
     server: str | None = None, token: str | None = None, *, timeout: float = 5.0
 ) -> KubeClient:
     """A client of ``server`` (else the config's) with the credentials of :func:`kube_config`."""
-    import httpx2
-    from lightkube.config.client_adapter import Client, ConnectionParams
-    from lightkube.core.exceptions import ConfigError
+    adapter = require("lightkube.config.client_adapter", "kubernetes", _K8S)
+    ConfigError = require("lightkube.core.exceptions", "kubernetes", _K8S).ConfigError
+    httpx2 = require("httpx2", "kubernetes", _K8S)
 
     config, source = kube_config(server, token)
     try:
-        http = Client(config, ConnectionParams(timeout=httpx2.Timeout(timeout)))
+        http = adapter.Client(config, adapter.ConnectionParams(timeout=httpx2.Timeout(timeout)))
     except (ConfigError, OSError, ValueError) as exc:  # CA or client certificate files
         raise ClusterError(
             f"cannot use the TLS files of {source}: {_first_line(exc)}",
@@ -165,9 +167,10 @@ def connect(
 def kube_config(server: str | None = None, token: str | None = None) -> tuple[SingleConfig, str]:
     """lightkube's config of the API server to call, and where its credentials come from
     (see the module's docstring for the order)."""
-    import msgspec  # lightkube's model library: its config objects are msgspec structs
-    from lightkube.config.kubeconfig import KubeConfig
-    from lightkube.config.models import Cluster, User
+    KubeConfig = require("lightkube.config.kubeconfig", "kubernetes", _K8S).KubeConfig
+    models = require("lightkube.config.models", "kubernetes", _K8S)
+    Cluster, User = models.Cluster, models.User
+    msgspec = require("msgspec", "kubernetes", _K8S)  # lightkube's config objects' types
 
     found = _kubeconfig_file() or _in_cluster()
     token = token or envvars.K8S_TOKEN.get()
@@ -195,8 +198,9 @@ def kube_config(server: str | None = None, token: str | None = None) -> tuple[Si
 def _kubeconfig_file() -> tuple[SingleConfig, str] | None:
     """The current context of ``$KUBECONFIG``'s first existing file or ``~/.kube/config``."""
     import yaml
-    from lightkube.config.kubeconfig import KubeConfig
-    from lightkube.core.exceptions import ConfigError
+
+    KubeConfig = require("lightkube.config.kubeconfig", "kubernetes", _K8S).KubeConfig
+    ConfigError = require("lightkube.core.exceptions", "kubernetes", _K8S).ConfigError
 
     listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     paths = [Path(p).expanduser() for p in listed] or [Path.home() / ".kube" / "config"]
@@ -222,8 +226,8 @@ def _kubeconfig_file() -> tuple[SingleConfig, str] | None:
 
 def _in_cluster() -> tuple[SingleConfig, str] | None:
     """The pod's service account, when running inside a pod."""
-    from lightkube.config.kubeconfig import KubeConfig
-    from lightkube.core.exceptions import ConfigError
+    KubeConfig = require("lightkube.config.kubeconfig", "kubernetes", _K8S).KubeConfig
+    ConfigError = require("lightkube.core.exceptions", "kubernetes", _K8S).ConfigError
 
     if not os.environ.get("KUBERNETES_SERVICE_HOST"):
         return None
@@ -239,7 +243,7 @@ def _in_cluster() -> tuple[SingleConfig, str] | None:
 
 def _get(config: Any, what: str) -> SingleConfig:
     """The current context of ``config``, or a one-line error naming what is missing."""
-    from lightkube.core.exceptions import ConfigError
+    ConfigError = require("lightkube.core.exceptions", "kubernetes", _K8S).ConfigError
 
     try:
         one: SingleConfig = config.get()  # raises, rather than returning None, without default
@@ -257,7 +261,7 @@ def _exec_v1(user: Any) -> Any:
     """Accept exec plugins of the GA ``client.authentication.k8s.io/v1``. lightkube checks
     the version against v1alpha1/v1beta1 only but reads ``status.token`` the same way for all,
     and gives the plugin no KUBERNETES_EXEC_INFO, so the version changes nothing else."""
-    import msgspec
+    msgspec = require("msgspec", "kubernetes", _K8S)
 
     plugin = user.exec
     if plugin is None or plugin.apiVersion in _EXEC_APIS:

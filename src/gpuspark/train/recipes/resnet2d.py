@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuspark._util.extras import require
 from gpuspark.data.load import ImageDecode
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy
@@ -39,8 +40,7 @@ def image_decoder(_cfg: RecipeConfig, _manifest: Manifest) -> Decoder:
 
 def build_resnet2d(cfg: RecipeConfig, num_classes: int) -> Any:
     """MONAI ResNet-50 on RGB images (``cfg.depth`` does not apply)."""
-    from monai.networks import nets
-
+    nets = require("monai.networks.nets", "images", "the resnet2d recipe")
     return nets.resnet50(
         spatial_dims=2, n_input_channels=3, num_classes=num_classes, widen_factor=cfg.model.width
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpuspark._util.extras import require
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy, roc_auc
 from gpuspark.train.recipes.config import RecipeConfig
@@ -76,8 +77,8 @@ def volume_decoder(cfg: RecipeConfig, manifest: Manifest) -> Decoder:
 def build_resnet3d(cfg: RecipeConfig, num_classes: int) -> Any:
     """MONAI ``resnet{cfg.depth}`` on one-channel volumes, optionally with max pooling."""
     import torch
-    from monai.networks import nets
 
+    nets = require("monai.networks.nets", "dicom", "the resnet3d recipe")
     opts = cfg.model.of("resnet3d")
     factory = getattr(nets, f"resnet{opts.depth}")
     net = factory(
