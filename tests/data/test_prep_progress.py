@@ -74,3 +74,57 @@ def test_an_interrupted_job_does_not_end_done() -> None:
     with progress.Watcher(_Spark(), calls.append, counters):
         pass
     assert calls[-1]["phase"] == "done"
+
+
+class _Stage:
+    def __init__(self, stage_id: int, tasks: int, completed: int, done: bool = True) -> None:
+        self.stage_id, self.num_tasks, self.num_completed_tasks = stage_id, tasks, completed
+        self.done = done
+
+
+class _ConnectSpark:
+    """Stands for a Spark Connect client's session (told by its class's module)."""
+
+    __module__ = "pyspark.sql.connect.session"
+
+    def __init__(self) -> None:
+        self.handlers: list[Any] = []
+
+    def registerProgressHandler(self, handler: Any) -> None:
+        self.handlers.append(handler)
+
+    def removeProgressHandler(self, handler: Any) -> None:
+        self.handlers.remove(handler)
+
+
+def test_over_connect_the_tasks_come_from_the_servers_progress() -> None:
+    calls: list[dict[str, Any]] = []
+    spark = _ConnectSpark()
+    counters = {"rows": prep_job.DriverCount(), "quarantined": prep_job.DriverCount()}
+    with progress.Watcher(spark, calls.append, counters) as w:
+        (handler,) = spark.handlers
+        handler(stages=[_Stage(4, 8, 3)], inflight_tasks=5, operation_id="op", done=False)
+        counters["rows"].add(7)
+        w._report()
+        assert (calls[-1]["tasks_done"], calls[-1]["tasks_total"], calls[-1]["rows"]) == (3, 8, 7)
+        handler(stages=[_Stage(6, 5, 0, done=False)], inflight_tasks=3, done=False)
+        w._report()
+        assert calls[-1]["tasks_total"] == 13
+        last = [_Stage(4, 8, 8), _Stage(5, 2, 2), _Stage(6, 5, 0, done=False)]  # 6: skipped
+        handler(stages=last, inflight_tasks=0, operation_id="op", done=True)
+    assert spark.handlers == []  # removed again
+    assert calls[-1]["phase"] == "done" and calls[-1]["tasks_done"] == calls[-1]["tasks_total"]
+    assert calls[-1]["tasks_total"] == 10
+
+
+def test_a_connect_client_without_progress_reports_phases(monkeypatch: pytest.MonkeyPatch) -> None:
+    line = "a data job's task progress over Spark Connect needs pyspark >= 4.0.0 (...)"
+    monkeypatch.setattr(progress, "missing", lambda feature: line)
+    calls: list[dict[str, Any]] = []
+    spark = _ConnectSpark()
+    counters = {"rows": prep_job.DriverCount(), "quarantined": prep_job.DriverCount()}
+    with progress.Watcher(spark, calls.append, counters, phase="images") as w:
+        assert spark.handlers == []
+        w._report()
+    assert [c["phase"] for c in calls][-2:] == ["images", "done"]
+    assert all(c["tasks_total"] == 0 for c in calls)

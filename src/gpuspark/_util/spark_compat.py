@@ -18,13 +18,20 @@ Everything else gpuspark uses behaves the same on those versions: job tags
 (``SparkContext.addJobTag``, 3.5+), barrier stages with task resource profiles,
 ``DataFrame.mapInArrow`` (``barrier=`` from 3.5.0), the standalone master's ``/json/`` and
 its daemons' command lines, log4j2 configuration, Java 17. The version is read from the
-package metadata: nothing here imports pyspark.
+package metadata: nothing here imports pyspark at import time.
+
+One difference is between kinds of session, not versions: pyspark's ``functions`` and
+``Window`` build classic (JVM) expressions unless a process-wide switch turns the whole
+process to Spark Connect, which gpuspark leaves off so that classic sessions keep working
+beside Connect ones. Code that builds expressions for a DataFrame takes them from
+:func:`sql_functions` / :func:`sql_window`, which pick the module of that DataFrame's kind.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "FEATURES",
@@ -33,8 +40,11 @@ __all__ = [
     "PYSPARK_REQUIREMENT",
     "Feature",
     "installed_version",
+    "is_connect",
     "missing",
     "parse_version",
+    "sql_functions",
+    "sql_window",
     "version_problem",
 ]
 
@@ -76,6 +86,11 @@ FEATURES = {
         (4, 0, 0),
         "whole GPUs per rank over Spark Connect (a task resource profile on mapInArrow)",
         "pyspark 3.5's Connect DataFrame.mapInArrow takes barrier= but no profile=",
+    ),
+    "connect-progress": Feature(
+        (4, 0, 0),
+        "a data job's task progress over Spark Connect (SparkSession.registerProgressHandler)",
+        "pyspark 3.5's Connect client receives no execution progress from the server",
     ),
 }
 """Features by name that not every supported pyspark has."""
@@ -131,3 +146,32 @@ def missing(feature: str, version: str | None = None) -> str | None:
         f"{entry.what} needs pyspark >= {_show(entry.since)} "
         f"(installed: {version or 'none'}; {entry.why})"
     )
+
+
+def is_connect(obj: Any) -> bool:
+    """Whether ``obj`` (a session, a context, a DataFrame) is a Spark Connect client's (told
+    by its class's module: nothing is imported)."""
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
+def sql_functions(obj: Any) -> Any:
+    """``pyspark.sql.functions`` for expressions on ``obj`` (a session or DataFrame): the
+    Spark Connect client's own module for a Connect one (see the module's docstring)."""
+    if is_connect(obj):
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
+    return functions
+
+
+def sql_window(obj: Any) -> Any:
+    """``pyspark.sql.Window`` for ``obj``'s kind of session (see :func:`sql_functions`)."""
+    if is_connect(obj):
+        from pyspark.sql.connect.window import Window as ConnectWindow
+
+        return ConnectWindow
+    from pyspark.sql import Window
+
+    return Window

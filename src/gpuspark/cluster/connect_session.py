@@ -4,9 +4,12 @@ runs a Connect server (``gpuspark cluster up --connect``).
 A Connect session is a client (``SparkSession.builder.remote``) that can set only session
 settings (``spark.sql.*``); the executors and the rest belong to the server's application,
 and a note names what a job asked for that does not apply. The embedded cluster's Connect
-server holds every executor of the cluster: a training session on the embedded cluster (named
-by default, not by its ``spark://`` URL) goes through it, and a data job there is refused
-(gpuspark's data jobs need the RDD API, which Connect clients lack).
+server holds every executor of the cluster: a job on the embedded cluster (named by default,
+not by its ``spark://`` URL) goes through it, launch and train as well as the data jobs that
+use only the DataFrame API (prep, from_dataframe, shards writes). A job that needs the RDD
+API (batch prediction, doctor's live checks) is refused there in one line, and so is a data
+job that names the cluster's ``spark://`` URL: a classic application there would wait for
+the executors the server holds.
 """
 
 from __future__ import annotations
@@ -30,18 +33,33 @@ __all__ = ["connect_plan", "connect_session", "through_connect"]
 log = logging.getLogger(__name__)
 
 
-def through_connect(state: ClusterState | None, data: bool, default: bool) -> str | None:
+_RESTART = (
+    "restart the cluster without the server: `gpuspark cluster down && gpuspark cluster up` "
+    "without --connect"
+)
+
+
+def through_connect(
+    state: ClusterState | None, data: bool, default: bool, dataframe_only: bool = False
+) -> str | None:
     """The URL of the embedded cluster's Connect server (``state``'s) when one runs and the
-    job names the embedded cluster by ``default``; a data job is refused while one runs."""
+    job names the embedded cluster by ``default``. While one runs, a ``data`` job is refused
+    unless it is ``dataframe_only`` (no RDD API) and names the cluster by default."""
     server = state.connect if state is not None else None
     if server is None or not server.alive:
         return None
-    if data:
+    if data and not dataframe_only:
         raise ClusterError(
             f"the embedded cluster runs a Spark Connect server ({server.url}) that holds its "
-            "executors, and gpuspark's data jobs do not run over Spark Connect yet",
-            remedy="restart the cluster without the server: `gpuspark cluster down && "
-            "gpuspark cluster up` without --connect",
+            "executors, and this job uses Spark's RDD API, which Connect clients lack",
+            remedy=_RESTART,
+        )
+    if data and not default:
+        raise ClusterError(
+            f"the embedded cluster runs a Spark Connect server ({server.url}) that holds its "
+            "executors: a classic application on its spark:// URL would wait for them",
+            remedy=f"go through the server (leave out --master, or --master {server.url}), "
+            f"or {_RESTART}",
         )
     return server.url if default else None
 
@@ -52,15 +70,16 @@ def connect_plan(
     app_name: str,
     asked: dict[str, str],
     *,
-    data: bool = False,
+    classic_only: bool = False,
     embedded: bool = False,
 ) -> SessionPlan:
     """A Connect client session's plan: the session settings (``spark.sql.*``) of the local
-    defaults (a server on this machine), the spec and ``asked``, with notes; a data job is
-    refused in one line naming the classic alternative."""
+    defaults (a server on this machine), the spec and ``asked``, with notes; a
+    ``classic_only`` job (one that needs the RDD API) is refused in one line naming the
+    classic alternative."""
     backend = backend_for(url)
-    if data and isinstance(backend, ConnectBackend):
-        backend.check_data_job(url)
+    if classic_only and isinstance(backend, ConnectBackend):
+        backend.check_classic_job(url, f"this job ({app_name})")
     conf = client_conf(local_defaults()) if backend.is_local(url) else {}
     conf.update(client_conf(spark_conf(spec)))
     conf.update(client_conf(asked))

@@ -27,11 +27,13 @@ import numpy as np
 
 from gpuspark import storage
 from gpuspark._util import envvars
+from gpuspark._util.spark_compat import sql_functions
 from gpuspark.data import format as fmt
 from gpuspark.data.format.table.batch import TableBatch
 from gpuspark.data.format.table.columns import DEFAULT_BLOCK_ROWS, TABLE_VERSION, TableInfo
 from gpuspark.data.format.table.write import write_table
 from gpuspark.data.load import TableDataset
+from gpuspark.data.write.layout import num_partitions
 from gpuspark.errors import TableError, did_you_mean
 
 __all__ = ["CACHE_ENV", "DataFrameShards", "FeaturesLabel", "cache_key", "from_dataframe"]
@@ -245,14 +247,11 @@ def from_dataframe(
     many shards. The cache is shared with executors: ``cache_dir`` must be a path every
     executor can write (a shared file system on a multi-host cluster).
     """
-    from gpuspark.schedulers.connect import require_classic
-
-    require_classic(df, "from_dataframe")
     t0 = time.monotonic()
     if world_size is not None and world_size < 1:
         raise TableError(f"world_size must be at least 1, got {world_size}")
     selected, names = _selected(df, label, features)
-    if world_size and num_shards is None and selected.rdd.getNumPartitions() < world_size:
+    if world_size and num_shards is None and _partitions(selected) < world_size:
         selected = selected.repartition(world_size)
     options = {
         "label": label,
@@ -282,6 +281,17 @@ def from_dataframe(
         extra={"dataframe": {"key": key, "label": label, "features": names}},
     )
     return DataFrameShards(root, key, manifest, False, _since(t0), label, names)
+
+
+def _partitions(df: Any) -> int:
+    """The partitions of ``df``; over Spark Connect (no RDD API), those up to the last one
+    holding rows, counted by a job that reads no column."""
+    known = num_partitions(df)
+    if known is not None:
+        return known
+    F = sql_functions(df)
+    last = df.select(F.spark_partition_id().alias("p")).agg(F.max("p").alias("p")).first()
+    return 0 if last is None or last["p"] is None else int(last["p"]) + 1
 
 
 def _since(t0: float) -> float:

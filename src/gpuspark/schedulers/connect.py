@@ -4,9 +4,11 @@ Spark application (on whatever cluster the server runs) holds the executors.
 So a Connect session is ``SparkSession.builder.remote(url)``, and only session settings
 (``spark.sql.*``) can be set from the client: the executors' shape, GPUs, Python, dynamic
 allocation and per-application caps (``spark.cores.max``, a team's quota) are the server's
-application's, fixed when the server started. The launcher runs its barrier stage as a
-``DataFrame.mapInArrow(..., barrier=True)`` (Connect has no RDD API); gpuspark's data jobs
-(which use RDDs) do not run over Connect yet, and say so naming the classic alternative.
+application's, fixed when the server started. Connect has no RDD API: the launcher runs its
+barrier stage as a ``DataFrame.mapInArrow(..., barrier=True)``, and the data jobs that use
+only the DataFrame API (``prep``, ``from_dataframe``, ``write_dataframe``) run as they are;
+the others (batch prediction, doctor's live checks: accumulators, the status tracker) say
+so in one line naming the classic alternative.
 
 The client needs ``pyspark``'s ``connect`` extra (grpcio, grpcio-status,
 googleapis-common-protos, zstandard, pandas, pyarrow): ``pip install 'gpuspark[connect]'``.
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
+from gpuspark._util.spark_compat import is_connect
 from gpuspark.errors import ClusterError
 from gpuspark.schedulers.base import Backend
 
@@ -86,15 +89,15 @@ def check_client(master: str) -> None:
 def is_connect_session(spark: Any) -> bool:
     """Whether ``spark`` (a session, a context or a DataFrame) is a Spark Connect client's
     (told by its class's module: nothing is imported)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
+    return is_connect(spark)
 
 
 def require_classic(spark: Any, what: str) -> None:
     """Refuse in one line, naming the classic alternative, a Spark Connect ``spark`` (session
-    or DataFrame) for ``what`` (a data job: it uses the RDD API, which Connect lacks)."""
+    or DataFrame) for ``what`` (a job that uses the RDD API, which Connect lacks)."""
     if is_connect_session(spark):
         raise ClusterError(
-            f"{what} does not run over Spark Connect yet (it uses Spark's RDD API, which "
+            f"{what} does not run over Spark Connect (it uses Spark's RDD API, which "
             "Connect clients lack)",
             remedy=_CLASSIC_ALTERNATIVE,
         )
@@ -168,11 +171,11 @@ class ConnectBackend(Backend):
     def check_environment(self, master: str) -> None:
         check_client(master)
 
-    def check_data_job(self, master: str) -> None:
-        """Refuse a data job (it needs the RDD API) in one line naming the alternative."""
+    def check_classic_job(self, master: str, what: str) -> None:
+        """Refuse ``what``, a job that needs the RDD API, in one line naming the alternative."""
         raise ClusterError(
-            f"master={master!r}: gpuspark's data jobs (prep, from_dataframe, shards writes) do "
-            "not run over Spark Connect yet (they use Spark's RDD API)",
+            f"master={master!r}: {what} does not run over Spark Connect (it uses Spark's RDD "
+            "API; prep, from_dataframe and shards writes do)",
             remedy=_CLASSIC_ALTERNATIVE,
         )
 

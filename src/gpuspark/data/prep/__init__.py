@@ -8,7 +8,9 @@ image samples; :func:`prep_parquet` turns a Parquet table into a tabular table d
 :func:`prep_text` turns ``.txt`` files or a Parquet text column into fixed-length token
 sequences with a WordPiece tokenizer committed beside them.
 The library takes typed values (tuples, floats, presets); the text forms (``"z,y,x"``,
-``"0.8,0.1,0.1"``, ``"L,W"``) are the CLI's to parse.
+``"0.8,0.1,0.1"``, ``"L,W"``) are the CLI's to parse. The jobs use only Spark's DataFrame
+API, so they run on a classic session and over Spark Connect (a ``sc://`` master, a Connect
+session as ``spark=``, or the embedded cluster's Connect server) alike.
 
 Everything that can be checked on the driver (source, destination, world size, labels file,
 options) is checked before a cluster or a Spark stage starts. Every input ends up either in

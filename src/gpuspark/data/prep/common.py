@@ -3,6 +3,7 @@ options, the quarantine table, the outcome check and the result."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import itertools
@@ -17,11 +18,13 @@ from gpuspark import storage
 from gpuspark.data.checks import parse_split
 from gpuspark.data.sources import read_labels
 from gpuspark.errors import LabelsError, PrepError
+from gpuspark.schedulers.connect import is_connect_session
 
 __all__ = [
     "QUARANTINE_FILE",
     "SHARD_BYTES",
     "PrepResult",
+    "Shared",
     "WriteOptions",
     "arrow_schema",
     "by_reason",
@@ -30,11 +33,13 @@ __all__ = [
     "check_source",
     "check_split",
     "check_world",
+    "connect_cores",
     "cores",
     "quarantine_path",
     "quarantine_table",
     "read_label_table",
     "record_batches",
+    "shared",
     "split_counts",
     "task_count",
 ]
@@ -176,7 +181,8 @@ def read_label_table(labels: str | os.PathLike[str] | None) -> Any:
 
 
 def cores(spark: Any) -> int:
-    """Task slots of the cluster: ``defaultParallelism`` / ``spark.task.cpus`` (else 2).
+    """Task slots of the cluster: ``defaultParallelism`` / ``spark.task.cpus`` (else 2); over
+    Spark Connect, from the server application's settings (:func:`connect_cores`).
 
     Spark has no public call for the concurrent task slots (its scheduler's
     ``maxNumConcurrentTasks`` is internal). On a standalone cluster ``defaultParallelism`` is
@@ -184,6 +190,8 @@ def cores(spark: Any) -> int:
     which the session path leaves unset; divided by the cores each task takes, that is the
     number of tasks that run at once.
     """
+    if is_connect_session(spark):
+        return connect_cores(spark)
     sc = spark.sparkContext
     try:
         per_task = int(sc.getConf().get("spark.task.cpus", "1") or 1)
@@ -191,6 +199,56 @@ def cores(spark: Any) -> int:
     except Exception:  # a session without a usable conf: plan for a small cluster
         slots = 0
     return slots if slots > 0 else 2
+
+
+_CORE_KEYS = (
+    ("spark.default.parallelism",),
+    ("spark.cores.max",),  # standalone's cap: the embedded cluster's server sets it to all
+    ("spark.executor.instances", "spark.executor.cores"),  # YARN, Kubernetes: static
+)
+
+
+def connect_cores(spark: Any) -> int:
+    """Task slots of a Spark Connect server's application, read from its settings (a client
+    cannot ask its scheduler): ``spark.default.parallelism``, else ``spark.cores.max``, else
+    executors x cores each, divided by ``spark.task.cpus``; else 2 (plan for a small cluster)."""
+    conf = _server_conf(spark, {k for keys in _CORE_KEYS for k in keys} | {"spark.task.cpus"})
+    per_task = max(1, int(conf.get("spark.task.cpus") or 1))
+    for keys in _CORE_KEYS:
+        values = [conf.get(k) for k in keys]
+        if all(v and v.isdigit() and int(v) > 0 for v in values):
+            total = 1
+            for v in values:
+                total *= int(v or 1)
+            return max(1, total // per_task)
+    return 2
+
+
+def _server_conf(spark: Any, keys: set[str]) -> dict[str, str]:
+    """The settings ``keys`` of the session's application that are set."""
+    out = {}
+    for key in sorted(keys):
+        with contextlib.suppress(Exception):  # a server that refuses to tell: not set
+            value = spark.conf.get(key, None)
+            if value is not None:
+                out[key] = str(value)
+    return out
+
+
+class Shared:
+    """A value the tasks read as ``.value``, like a broadcast variable (Spark Connect has no
+    broadcast variables: it travels with the task's function)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def shared(spark: Any, value: Any) -> Any:
+    """``value`` for the tasks: a broadcast variable on a classic session, a :class:`Shared`
+    over Spark Connect; the tasks read ``.value`` either way."""
+    if is_connect_session(spark):
+        return Shared(value)
+    return spark.sparkContext.broadcast(value)
 
 
 def task_count(spark: Any, items: int, per_task: int, per_core: int = 4) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from gpuspark._util.extras import check_extras
 from gpuspark.data.checks import zyx
 from gpuspark.data.prep.common import (
     PrepResult,
@@ -74,6 +75,7 @@ def prep_dicom(
     """
 
     t0 = time.monotonic()
+    check_extras("prep dicom", ("pydicom", "dicom"))
     src_s = check_source(src)
     check_world(world_size, num_shards)
     try:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspark._util.spark_compat import sql_functions
 from gpuspark.data.prep.common import (
     SHARD_BYTES,
     PrepResult,
@@ -42,6 +43,7 @@ _SUMMARY_DDL = (
 )
 _UNIT_DDL = "path string, is_dir boolean, size long"
 _SHARD = "_gpuspark_shard"
+_TASK = "_gpuspark_task"
 
 Sample = dict[str, Any]
 
@@ -75,11 +77,11 @@ def run_grouped(run: PrepRun, spark: Any, job: GroupedJob) -> PrepResult:
     """Two jobs: (1) list and read headers in tasks, count files per sample; (2) one task
     per planned shard reads its samples and writes them (``write_partitions``)."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     from gpuspark.data.write import write_partitions
 
-    sc = spark.sparkContext
+    F = sql_functions(spark)
+
     source, src, opts = run.require_source(), run.src, run.write
     split_of = job.split_of if opts.fractions else None
     done: dict[str, Any] = {}
@@ -89,6 +91,7 @@ def run_grouped(run: PrepRun, spark: Any, job: GroupedJob) -> PrepResult:
         heads = heads.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             n_files, samples, q_head = _sample_table(heads)
+            run.counted(quarantined=len(q_head))
             if n_files == 0:
                 raise PrepError(f"source {src} holds no files", remedy="check the path")
             if not samples:  # nothing readable: fail before the write job
@@ -100,14 +103,14 @@ def run_grouped(run: PrepRun, spark: Any, job: GroupedJob) -> PrepResult:
                 tasks=2 * cores(spark),
                 shard_bytes=SHARD_BYTES,
             )
-            table_rdd = sc.parallelize(sorted(assign.items()), 1)  # 1 task
-            keyed = spark.createDataFrame(table_rdd, f"key string, {_SHARD} int")
+            keyed = spark.createDataFrame(sorted(assign.items()), f"key string, {_SHARD} int")
             good = heads.filter(F.col("reason").isNull()).select("path", "key")
             watch.phase = job.phase
 
             def extra(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 # runs on the driver before the commit: a job without records commits nothing
                 done.update(_tally(reports, q_head, job.stage))
+                run.counted(done["rows"], len(done["q_rows"]) - len(q_head))
                 run.check_outcome(n_files, done["rows"], done["q_rows"])
                 make = job.extra or (lambda n, counts: grouped_extra(run, n, counts))
                 return make(n_files, done)
@@ -163,15 +166,23 @@ def grouped_extra(run: PrepRun, n_files: int, done: dict[str, Any]) -> dict[str,
 def _source_units(spark: Any, src: str) -> Any:
     """The units of ``src`` (files, and directories the tasks walk) as a DataFrame of two
     tasks per core with even shares of bytes (:mod:`gpuspark.data.sources.listing`); refuses a
-    source with nothing in it."""
+    source with nothing in it.
 
+    DataFrame API only (it runs over Spark Connect too): partition ``i`` of a ``range`` of one
+    number per task holds ``i`` alone, and a broadcast join with the units of task ``i``
+    keeps that partitioning (no shuffle), so each task gets exactly its share.
+    """
+    F = sql_functions(spark)
     n = cores(spark)
     units = plan_units(src, want=8 * n)
     if not units:
         raise PrepError(f"source {src} holds no files", remedy="check the path")
     parts = deal(units, 2 * n)
-    rdd = spark.sparkContext.parallelize(parts, len(parts)).flatMap(lambda part: part)
-    return spark.createDataFrame(rdd, _UNIT_DDL)
+    rows = [(i, *unit) for i, part in enumerate(parts) for unit in part]
+    table = spark.createDataFrame(rows, f"{_TASK} int, {_UNIT_DDL}")
+    tasks = spark.range(0, len(parts), 1, len(parts))
+    joined = tasks.join(F.broadcast(table), F.col("id") == F.col(_TASK))
+    return joined.select("path", "is_dir", "size")
 
 
 def _walk(batches: Iterable[Any]) -> Iterator[tuple[str, int]]:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
+from gpuspark._util.extras import check_extras
+from gpuspark._util.spark_compat import sql_functions
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
@@ -76,6 +78,7 @@ def prep_images(
     """
 
     t0 = time.monotonic()
+    check_extras("prep images", ("PIL", "images"))
     src_s = check_source(src)
     check_world(world_size, num_shards)
     try:
@@ -208,9 +211,10 @@ def _images_extra(
 
 def _run_images(run: PrepRun, spark: Any, options: ImageOptions) -> PrepResult:
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     from gpuspark.data.write import write_dataframe
+
+    F = sql_functions(spark)
 
     source, src, fractions = run.require_source(), run.src, run.write.fractions
     with run.watching(spark) as watch:
@@ -237,6 +241,7 @@ def _run_images(run: PrepRun, spark: Any, options: ImageOptions) -> PrepResult:
                 .select("path", "reason", "error_type")
                 .collect()
             ]
+            run.counted(rows=n_files - len(q_rows), quarantined=len(q_rows))
             run.check_outcome(n_files, n_files - len(q_rows), q_rows)
             watch.phase = "write"
             label_map = {str(i): n for n, i in index.items()}

@@ -10,8 +10,13 @@ rest:
 - the destination (refused now, not after the Spark job: :func:`check_destination`);
 - the job's team and session, through the one submit path
   (:func:`gpuspark.cluster.submit.prepare_job`; the spec is read once), the progress line
-  while the session starts, and the team's directories removed again if the job fails;
-- the counters (rows, quarantined) and the progress :class:`Watcher` (:meth:`PrepRun.watching`);
+  while the session starts, and the team's directories removed again if the job fails. Prep
+  jobs use only the DataFrame API, so the session may be a Spark Connect client's (a
+  ``sc://`` master, or the embedded cluster's Connect server);
+- the counters (rows, quarantined) and the progress :class:`Watcher` (:meth:`PrepRun.watching`):
+  accumulators the tasks add to on a classic session; over Spark Connect, which has no
+  accumulators, the counts the driver learns from the rows the tasks return
+  (:meth:`PrepRun.counted`);
 - the outcome check (:meth:`PrepRun.check_outcome`: no records, nothing committed), the
   writers' common arguments (:meth:`PrepRun.write_args`) and the :class:`PrepResult`
   (:meth:`PrepRun.result`).
@@ -38,8 +43,22 @@ from gpuspark.data.prep.common import (
 )
 from gpuspark.data.prep.progress import Progress, Watcher, announce
 from gpuspark.data.sources import Source
+from gpuspark.schedulers.connect import is_connect_session
 
-__all__ = ["PrepRun", "Where", "run_prep"]
+__all__ = ["DriverCount", "PrepRun", "Where", "run_prep"]
+
+
+class DriverCount:
+    """A counter the driver keeps (Spark Connect has no accumulators): ``add`` and ``value``
+    as an accumulator's. A copy sent to a task counts only there, so the driver adds what it
+    learns from the rows the tasks return (:meth:`PrepRun.counted`)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, n: int) -> None:
+        """Add ``n`` (on the driver: the job's count; in a task: that copy's only)."""
+        self.value += n
 
 
 @dataclass
@@ -55,11 +74,14 @@ class PrepRun:
     progress: Progress | None = None
     t0: float = field(default_factory=time.monotonic)
     counters: dict[str, Any] = field(default_factory=dict)
-    """``rows`` and ``quarantined`` accumulators, made by :meth:`watching`."""
+    """``rows`` and ``quarantined``: accumulators (a classic session) or :class:`DriverCount`
+    (Spark Connect), made by :meth:`watching`."""
     timings: dict[str, float] = field(default_factory=dict)
     source: Source | None = None
     """The job's input as a :class:`Source`; None for a job that reads ``src`` with Spark's
     own readers."""
+    remote: bool = False
+    """Whether the session is a Spark Connect client's (set by :meth:`watching`)."""
 
     @property
     def job(self) -> str:
@@ -76,11 +98,23 @@ class PrepRun:
     def watching(self, spark: Any, phase: str = "listing") -> Iterator[Watcher]:
         """The job's counters and its progress :class:`Watcher`; its phase timings are kept
         for :meth:`result`."""
-        sc = spark.sparkContext
-        self.counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
+        self.remote = is_connect_session(spark)
+        if self.remote:
+            self.counters = {"rows": DriverCount(), "quarantined": DriverCount()}
+        else:
+            sc = spark.sparkContext
+            self.counters = {"rows": sc.accumulator(0), "quarantined": sc.accumulator(0)}
         with Watcher(spark, self.progress, self.counters, phase=phase) as watch:
             yield watch
         self.timings = watch.timings
+
+    def counted(self, rows: int = 0, quarantined: int = 0) -> None:
+        """Counts the driver learned from the rows the tasks returned: the progress's figures
+        over Spark Connect, where tasks cannot add to the counters (on a classic session
+        their accumulators already hold them, so nothing is added)."""
+        if self.remote:
+            self.counters["rows"].add(rows)
+            self.counters["quarantined"].add(quarantined)
 
     def check_outcome(self, inputs: int, rows: int, q_rows: list[dict[str, Any]]) -> None:
         """Refuse a job that made no records (nothing is committed); warn when most inputs
@@ -168,5 +202,6 @@ def run_prep(
         writes=[root],
     )
     announce(where.progress)  # starting a session (and a cluster) takes seconds: say so
-    with job.discard_on_error(), job_session(spark=where.spark, **job.session_args()) as session:
-        return body(run, session)
+    args = job.session_args()
+    with job.discard_on_error(), job_session(spark=where.spark, dataframe_only=True, **args) as s:
+        return body(run, s)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
+from gpuspark._util.spark_compat import sql_functions
 from gpuspark.data.format.table import DEFAULT_BLOCK_ROWS, write_table
 from gpuspark.data.prep.common import (
     PrepResult,
@@ -159,7 +160,9 @@ def _read(spark: Any, src: str) -> Any:
     from pyspark.errors import AnalysisException
 
     try:
-        return spark.read.parquet(src)
+        df = spark.read.parquet(src)
+        df.schema  # noqa: B018  (Spark Connect analyses lazily: its error comes here)
+        return df
     except AnalysisException as exc:
         first = str(exc).strip().splitlines()[0][:300]
         raise PrepError(
@@ -170,7 +173,7 @@ def _read(spark: Any, src: str) -> Any:
 
 def _quarantined(tagged: Any, src: str, cols: TabularColumns) -> list[dict[str, Any]]:
     """The quarantine table's rows (one Spark job)."""
-    from pyspark.sql import functions as F
+    F = sql_functions(tagged)
 
     who = (
         F.col(ROW_COL)
@@ -244,8 +247,7 @@ def _extra(
 
 
 def _run(run: PrepRun, spark: Any, opts: _Options) -> PrepResult:
-    from pyspark.sql import functions as F
-
+    F = sql_functions(spark)
     src, write = run.src, run.write
     with run.watching(spark, phase="schema") as watch:
         df = _read(spark, src)

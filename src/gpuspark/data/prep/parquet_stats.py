@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspark._util.spark_compat import sql_functions, sql_window
 from gpuspark.data.sources import SPLIT_NAMES
 from gpuspark.errors import PrepError, did_you_mean
 
@@ -53,10 +54,9 @@ class TabularColumns:
     types: dict[str, str]
     """Spark type name (``DataType.typeName()``) of every source column."""
 
-    def as_number(self, name: str) -> Any:
-        """Column ``name`` as a double: strings by ``try_cast`` (null when not a number)."""
-        from pyspark.sql import functions as F
-
+    def as_number(self, F: Any, name: str) -> Any:
+        """Column ``name`` as a double: strings by ``try_cast`` (null when not a number);
+        ``F``: the session's functions module (``spark_compat.sql_functions``)."""
         col = F.col(name)
         return col.try_cast("double") if self.types[name] == "string" else col.cast("double")
 
@@ -136,11 +136,14 @@ def _categorical_type(name: str, type_name: str) -> None:
 
 
 def split_column(
-    cols: TabularColumns, fractions: Sequence[float] | None, all_cols: list[str]
+    F: Any,
+    cols: TabularColumns,
+    fractions: Sequence[float] | None,
+    all_cols: list[str],
 ) -> Any:
     """The split of each row (``train``/``val``/``test``) by a stable hash of the id column,
-    or of every source column without one: no entity is in two splits."""
-    from pyspark.sql import functions as F
+    or of every source column without one: no entity is in two splits. ``F``: the session's
+    functions module."""
 
     keys = [F.col(cols.id)] if cols.id is not None else [F.col(c) for c in all_cols]
     bucket = F.pmod(F.xxhash64(F.lit(_SPLIT_SALT), *keys), F.lit(_BUCKETS)) / float(_BUCKETS)
@@ -154,9 +157,8 @@ def split_column(
     return F.lit(names[-1]) if expr is None else expr.otherwise(names[-1])
 
 
-def _reason(cols: TabularColumns) -> Any:
+def _reason(F: Any, cols: TabularColumns) -> Any:
     """Why a row is quarantined (null when it is not): the first bad value found."""
-    from pyspark.sql import functions as F
 
     label = F.col(cols.label)
     checks = [(label.isNull(), F.lit(f"column {cols.label}: null label"))]
@@ -166,7 +168,7 @@ def _reason(cols: TabularColumns) -> Any:
         checks.append((F.col(cols.id).isNull(), F.lit(f"column {cols.id}: null id")))
     for name in cols.numeric:
         kind = cols.types[name]
-        value = cols.as_number(name)
+        value = cols.as_number(F, name)
         if kind == "string":
             bad = F.col(name).isNotNull() & value.isNull()
             text = F.concat(F.lit(f"column {name}: "), F.col(name), F.lit(" is not a number"))
@@ -184,7 +186,7 @@ def _reason(cols: TabularColumns) -> Any:
 
 def tag_rows(df: Any, cols: TabularColumns, fractions: Sequence[float] | None) -> Any:
     """``df`` with the quarantine reason, a row number text and the split of each row."""
-    from pyspark.sql import functions as F
+    F = sql_functions(df)
 
     source = list(df.columns)
     for name in (REASON_COL, ROW_COL, SPLIT_COL):
@@ -196,9 +198,9 @@ def tag_rows(df: Any, cols: TabularColumns, fractions: Sequence[float] | None) -
     row = F.concat(F.lit("row "), F.monotonically_increasing_id().cast("string"))
     return df.withColumns(
         {
-            REASON_COL: _reason(cols),
+            REASON_COL: _reason(F, cols),
             ROW_COL: row,
-            SPLIT_COL: split_column(cols, fractions, source),
+            SPLIT_COL: split_column(F, cols, fractions, source),
         }
     )
 
@@ -209,7 +211,7 @@ def tag_rows(df: Any, cols: TabularColumns, fractions: Sequence[float] | None) -
 def label_classes(valid: Any, label: str) -> tuple[list[Any], int]:
     """The sorted distinct labels of the valid rows and the number of valid rows (one job).
     More than :data:`MAX_CLASSES` labels, or one, raise :class:`PrepError`."""
-    from pyspark.sql import functions as F
+    F = sql_functions(valid)
 
     rows = valid.groupBy(label).agg(F.count(F.lit(1)).alias("n")).limit(MAX_CLASSES + 1).collect()
     if len(rows) > MAX_CLASSES:
@@ -240,11 +242,11 @@ def numeric_stats(
 ) -> tuple[dict[str, dict[str, Any]], list[int]]:
     """count, missing (null or NaN), mean, std (sample), min, max of every numeric feature
     and the rows per class, over ``rows``, in one aggregation."""
-    from pyspark.sql import functions as F
+    F = sql_functions(rows)
 
     aggs = [F.count(F.lit(1)).alias("__n")]
     for i, name in enumerate(cols.numeric):
-        v = cols.as_number(name)
+        v = cols.as_number(F, name)
         v = F.when(~F.isnan(v), v)
         aggs += [
             F.count(v).alias(f"c{i}"),
@@ -275,9 +277,7 @@ def numeric_stats(
 def category_stats(rows: Any, cols: TabularColumns, max_vocab: int) -> dict[str, dict[str, Any]]:
     """Per categorical column: the ``max_vocab`` most frequent values (ties by value) with
     their counts, the missing rows and the rows whose value was not kept, in one job."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
+    F, Window = sql_functions(rows), sql_window(rows)
     if not cols.categorical:
         return {}
     pairs = F.explode(
@@ -336,12 +336,12 @@ def tabular_frame(
     """The rows to write: ``id`` (string), ``label`` (class index), ``x`` (float32 numeric
     features, NaN when missing), ``c`` (vocabulary codes, 0 = missing or not kept) and the
     split column when ``with_split``."""
-    from pyspark.sql import functions as F
+    F = sql_functions(valid)
 
     label_type = cols.types[cols.label]
     classes = F.array(*[F.lit(v).cast(_sql_type(label_type)) for v in label_values])
     nan = F.lit(float("nan")).cast("float")
-    x = [F.coalesce(cols.as_number(n).cast("float"), nan) for n in cols.numeric]
+    x = [F.coalesce(cols.as_number(F, n).cast("float"), nan) for n in cols.numeric]
     out = {
         "id": F.col(cols.id).cast("string") if cols.id is not None else F.col(ROW_COL),
         "label": (F.array_position(classes, F.col(cols.label)) - 1).cast("long"),
@@ -349,15 +349,14 @@ def tabular_frame(
     }
     if cols.categorical:
         out["c"] = F.array(
-            *[_codes(name, categories[name]["vocab"]) for name in cols.categorical]
+            *[_codes(F, name, categories[name]["vocab"]) for name in cols.categorical]
         ).cast("array<int>")
     select = [e.alias(n) for n, e in out.items()]
     return valid.select(*select, F.col(SPLIT_COL)) if with_split else valid.select(*select)
 
 
-def _codes(name: str, vocab: list[Any]) -> Any:
+def _codes(F: Any, name: str, vocab: list[Any]) -> Any:
     """Vocabulary index + 1 of the value of column ``name``; 0 for null or a value not kept."""
-    from pyspark.sql import functions as F
 
     text = F.col(name).cast("string")
     if not vocab:

@@ -1,14 +1,22 @@
-"""The progress of a prep job: Spark's status tracker polled on a thread."""
+"""The progress of a prep job, reported on a thread: tasks from Spark's status tracker (a
+classic session) or from the progress a Spark Connect server sends its client (pyspark 4.0+,
+``SparkSession.registerProgressHandler``; a 3.5 Connect client reports phases only)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuspark._util.spark_compat import missing
+from gpuspark.schedulers.connect import is_connect_session
+
 __all__ = ["STARTING", "Progress", "Watcher", "announce"]
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, Any]], None]
 """Called about twice a second with ``phase``, ``tasks_done``, ``tasks_total``, ``rows``,
@@ -35,9 +43,50 @@ def announce(progress: Progress | None, phase: str = STARTING) -> None:
         )
 
 
+class _ConnectStages:
+    """The stages a Spark Connect server reported to its client: a progress handler's
+    ``{stage id: (tasks, completed tasks)}``."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.latest: dict[int, tuple[int, int]] = {}
+        self.registered = False
+
+    def __call__(
+        self,
+        stages: Any = None,
+        inflight_tasks: int = 0,
+        operation_id: Any = None,
+        done: Any = False,
+    ) -> None:
+        """pyspark's ``ProgressHandler``: called with the current operation's stages. When the
+        operation is done, its stages that never finished are dropped: Spark skipped them
+        (adaptive execution re-planned, or their output was reused), and the status tracker
+        of a classic session, which lists only stages that ran, never shows them either."""
+        for stage in stages or ():
+            if done and not getattr(stage, "done", True):
+                self.latest.pop(stage.stage_id, None)
+            else:
+                self.latest[stage.stage_id] = (stage.num_tasks, stage.num_completed_tasks)
+
+    def start(self) -> None:
+        problem = missing("connect-progress")
+        if problem is not None:  # pyspark 3.5: the phases only
+            log.info("%s: the progress shows phases, not tasks", problem)
+            return
+        self.spark.registerProgressHandler(self)
+        self.registered = True
+
+    def stop(self) -> None:
+        if self.registered:
+            with contextlib.suppress(Exception):
+                self.spark.removeProgressHandler(self)
+            self.registered = False
+
+
 class Watcher:
-    """Polls Spark's status tracker and reports tasks done/total and accumulators; times the
-    phases of the job (``timings``)."""
+    """Reports tasks done/total (Spark's status tracker; over Spark Connect, what the server
+    reports) and the job's counters on a thread; times the phases of the job (``timings``)."""
 
     def __init__(
         self,
@@ -46,7 +95,8 @@ class Watcher:
         counters: dict[str, Any],
         phase: str = "listing",
     ) -> None:
-        self.sc = spark.sparkContext
+        self._connect = _ConnectStages(spark) if is_connect_session(spark) else None
+        self.sc = None if self._connect is not None else spark.sparkContext
         self.progress = progress
         self.counters = counters
         self.stages: dict[int, tuple[int, int]] = {}
@@ -72,11 +122,15 @@ class Watcher:
 
     def __enter__(self) -> Watcher:
         if self.progress is not None:
+            if self._connect is not None:
+                self._connect.start()
             self._thread.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._stop.set()
+        if self._connect is not None:
+            self._connect.stop()
         if exc_type is None:
             self.phase = "done"
             if self._thread.is_alive():
@@ -97,7 +151,8 @@ class Watcher:
             with contextlib.suppress(Exception):
                 self._report()
 
-    def _report(self) -> None:
+    def _poll_tracker(self) -> None:
+        assert self.sc is not None
         tracker = self.sc.statusTracker()
         active = set(tracker.getActiveStageIds())
         # one more look at stages that just finished, then they are final
@@ -106,6 +161,12 @@ class Watcher:
             if info is not None:
                 self.stages[sid] = (info.numTasks, info.numCompletedTasks)
         self._open = active
+
+    def _report(self) -> None:
+        if self._connect is not None:
+            self.stages = dict(self._connect.latest)
+        else:
+            self._poll_tracker()
         total = sum(n for n, _ in self.stages.values())
         done = sum(d for _, d in self.stages.values())
         elapsed = time.monotonic() - self.t0

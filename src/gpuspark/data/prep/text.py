@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
+from gpuspark._util.extras import check_extras, require
+from gpuspark._util.spark_compat import sql_functions
 from gpuspark.data import format as fmt
 from gpuspark.data.prep.common import (
     PrepResult,
@@ -39,6 +41,7 @@ from gpuspark.data.prep.common import (
     check_world,
     quarantine_table,
     record_batches,
+    shared,
 )
 from gpuspark.data.prep.job import PrepRun, Where, run_prep
 from gpuspark.data.prep.progress import Progress
@@ -104,6 +107,7 @@ def prep_text(
     id, ``None`` for no splits. Checks that need no Spark come first.
     """
     t0 = time.monotonic()
+    check_extras("prep text", ("tokenizers", "text"))
     opts = _check_options(column, id, vocab_size, seq_len, sample_lines, tokenizer)
     src_s = _check_text_source(src, column)
     check_world(world_size, num_shards)
@@ -115,7 +119,7 @@ def prep_text(
 
 def load_dataset_tokenizer(dataset: str | os.PathLike[str]) -> Any:
     """The ``tokenizers.Tokenizer`` committed with a ``prep text`` dataset."""
-    from tokenizers import Tokenizer
+    Tokenizer = require("tokenizers", "text", "reading a dataset's tokenizer").Tokenizer
 
     root = fmt.dataset_root(os.fspath(dataset))
     name = (fmt.load_manifest(root).extra.get("files") or {}).get(TOKENIZER_FILE)
@@ -221,11 +225,13 @@ def _one_txt(path: str, base: str) -> dict[str, Any]:
 def _parquet_documents(spark: Any, src: str, column: str, id_col: str | None) -> Any:
     """One row per Parquet row: ``doc`` (the ``id`` column, else a hash of the text)."""
     from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
+
+    F = sql_functions(spark)
 
     try:
         df = spark.read.parquet(src)
+        df.schema  # noqa: B018  (Spark Connect analyses lazily: its error comes here)
     except AnalysisException as exc:
         first = str(exc).strip().splitlines()[0][:300]
         raise PrepError(f"source {src} cannot be read as Parquet: {first}") from exc
@@ -282,8 +288,7 @@ def _tokenize_fn(
     tok_json: Any, seq_len: int, fractions: Any, rows_acc: Any
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def tokenize(batches: Iterator[Any]) -> Iterator[Any]:
-        from tokenizers import Tokenizer
-
+        Tokenizer = require("tokenizers", "text", "prep text").Tokenizer
         tok = Tokenizer.from_str(tok_json.value)
         ids = special_ids(tok)
         for b in batches:
@@ -328,7 +333,7 @@ def _seq_sample(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _quarantined(docs: Any) -> list[dict[str, Any]]:
-    from pyspark.sql import functions as F
+    F = sql_functions(docs)
 
     rows = docs.filter(F.col("reason").isNotNull()).select("path", "doc", "reason", "error_type")
     return [
@@ -393,9 +398,8 @@ def _tokenizer(docs: Any, n_docs: int, opts: _Options, counts: dict[str, int]) -
 
 def _run(run: PrepRun, spark: Any, opts: _Options) -> PrepResult:
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
-    sc = spark.sparkContext
+    F = sql_functions(spark)
     src, write = run.src, run.write
     with run.watching(spark, phase="documents") as watch:
         raw = (
@@ -418,11 +422,12 @@ def _run(run: PrepRun, spark: Any, opts: _Options) -> PrepResult:
             vocab = _vocab_size(tok_json)
             watch.phase = "tokenize"
             fn = _tokenize_fn(
-                sc.broadcast(tok_json), opts.seq_len, write.fractions, run.counters["rows"]
+                shared(spark, tok_json), opts.seq_len, write.fractions, run.counters["rows"]
             )
             seqs = docs.mapInArrow(fn, _SEQ_DDL).persist(StorageLevel.DISK_ONLY)
             agg = seqs.agg(F.count("*").alias("n"), F.sum(F.col("length") - 2).alias("t")).first()
             counts.update(sequences=int(agg["n"]), tokens=int(agg["t"] or 0))
+            run.counted(rows=counts["sequences"])
             watch.phase = "write"
             manifest = write_dataframe(
                 seqs if write.fractions else seqs.drop("split"),
@@ -440,6 +445,5 @@ def _run(run: PrepRun, spark: Any, opts: _Options) -> PrepResult:
 
 
 def _vocab_size(tok_json: str) -> int:
-    from tokenizers import Tokenizer
-
+    Tokenizer = require("tokenizers", "text", "prep text").Tokenizer
     return int(Tokenizer.from_str(tok_json).get_vocab_size())

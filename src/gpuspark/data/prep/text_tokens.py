@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuspark._util.extras import require
 from gpuspark.errors import PrepError
 
 __all__ = [
@@ -40,7 +41,9 @@ MIN_VOCAB = 100
 def train_wordpiece(lines: Iterable[str], vocab_size: int) -> str:
     """A BERT-style WordPiece tokenizer (lower-cased, accents stripped, punctuation split)
     trained on ``lines``; returned as its JSON text (``tokenizers`` format)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    tk = require("tokenizers", "text", "training a WordPiece tokenizer")
+    Tokenizer, decoders, models = tk.Tokenizer, tk.decoders, tk.models
+    normalizers, pre_tokenizers, trainers = tk.normalizers, tk.pre_tokenizers, tk.trainers
 
     if vocab_size < MIN_VOCAB:
         raise PrepError(f"vocab_size must be at least {MIN_VOCAB}, got {vocab_size}")
@@ -74,7 +77,7 @@ def load_tokenizer_dir(path: str | os.PathLike[str]) -> str:
 def check_tokenizer(text: str, where: str = "tokenizer") -> dict[str, int]:
     """Parse tokenizer JSON and return its special token ids; a tokenizer that does not
     parse or lacks one of :data:`SPECIAL_TOKENS` is refused."""
-    from tokenizers import Tokenizer
+    Tokenizer = require("tokenizers", "text", "reading a tokenizer").Tokenizer
 
     try:
         tok = Tokenizer.from_str(text)

@@ -11,10 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from gpuspark._util.numbers import round_up
+from gpuspark._util.spark_compat import is_connect, sql_functions
 from gpuspark.data.checks import check_split_name
 from gpuspark.errors import GpusparkError
 
-__all__ = ["KEY_COL", "balanced_counts", "partition_keys", "plan_dataframe", "spark_hash_int"]
+__all__ = [
+    "KEY_COL",
+    "balanced_counts",
+    "num_partitions",
+    "partition_keys",
+    "plan_dataframe",
+    "spark_hash_int",
+]
 
 KEY_COL = "__gpuspark_shard_key"
 """The column that carries each row's shard key between planning and the write tasks."""
@@ -80,28 +88,42 @@ def partition_keys(n: int) -> list[int]:
     return [int(k) for k in keys if k is not None]
 
 
+def num_partitions(df: Any, count_rows: list[Any] | None = None) -> int | None:
+    """The partitions of ``df``: ``df.rdd.getNumPartitions()`` on a classic session. A Spark
+    Connect client has no RDD API and no call for it: there, the partitions up to the last
+    one holding rows in ``count_rows`` (``p`` per row, as :func:`plan_dataframe` counts
+    them), or ``None`` (not known before the plan runs)."""
+    if not is_connect(df):
+        return int(df.rdd.getNumPartitions())
+    if count_rows is None:
+        return None
+    return max((int(r["p"]) for r in count_rows), default=0) + 1
+
+
 def plan_dataframe(
     df: Any,
     num_shards: int | None,
     world_size: int | None,
     split_col: str | None,
-) -> tuple[Any, list[tuple[Any, int]], list[int] | None]:
+) -> tuple[Any, list[tuple[Any, int]] | None, list[int] | None]:
     """Return the DataFrame to write, each shard's (split, index) and the shard hash keys.
 
     The DataFrame has one partition per shard.
 
     Without ``num_shards``, ``world_size`` or ``split_col`` the DataFrame's partitions are the
-    shards. Otherwise every row gets a global position within its split (partition offset +
+    shards, and the layout is ``None``: one shard per partition, as many as the write's tasks
+    (their results say how many; a Spark Connect client cannot ask before). Otherwise every
+    row gets a global position within its split (partition offset +
     ``monotonically_increasing_id``'s row number) and is dealt round-robin to the split's
     shards, so shard sizes within a split differ by at most one record. This needs a
     deterministic row order per input partition (files, ``range``, cached data): cache or
-    checkpoint a DataFrame that comes out of an unordered shuffle first.
+    checkpoint a DataFrame that comes out of an unordered shuffle first. A Spark Connect
+    DataFrame is planned the same way (see :func:`num_partitions`).
     """
-    from pyspark.sql import functions as F
+    F = sql_functions(df)
 
     if num_shards is None and world_size is None and split_col is None:
-        return df, [(None, i) for i in range(df.rdd.getNumPartitions())], None
-    partitions = df.rdd.getNumPartitions()
+        return df, None, None
     split_expr = F.col(split_col).cast("string") if split_col else F.lit(None).cast("string")
     count_rows = (
         df.select(F.spark_partition_id().alias("p"), split_expr.alias("s"))
@@ -122,6 +144,7 @@ def plan_dataframe(
     for s in per_split:
         if s is not None:
             check_split_name(s)
+    partitions = num_partitions(df, count_rows) or 1
     n_shards = _shards_per_split(per_split, num_shards, world_size, partitions)
     layout: list[tuple[Any, int]] = []
     base: dict[Any, int] = {}
@@ -153,8 +176,7 @@ def _partition_offsets(count_rows: list[Any]) -> dict[Any, dict[int, int]]:
 def _with_key(
     df: Any, split: Any, offsets: dict[Any, dict[int, int]], base: int, n: int, keys: list[int]
 ) -> Any:
-    from pyspark.sql import functions as F
-
+    F = sql_functions(df)
     offs = offsets.get(split) or {0: 0}  # partitions without rows of this split: no entry
     offset_map = F.create_map(*[F.lit(x) for p, o in offs.items() for x in (p, o)])
     mid = F.monotonically_increasing_id()

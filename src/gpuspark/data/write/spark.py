@@ -5,6 +5,9 @@ One task per shard writes under ``_gpuspark_staging-<wid>/p<partition>-a<attempt
 whose result Spark returned for each partition. Retried tasks, speculative duplicates and
 attempts on killed executors only ever write inside the staging directory, which is removed
 after the commit (:mod:`gpuspark.data.write.commit`).
+
+Only the DataFrame API is used (``mapInArrow``, ``collect``), so a Spark Connect
+DataFrame is written the same way: the tasks return their shard descriptors as rows.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
+from gpuspark._util.spark_compat import is_connect, sql_functions
 from gpuspark.data import format as fmt
 from gpuspark.data.checks import check_split_name
 from gpuspark.data.format import Manifest, ShardInfo
@@ -45,14 +50,15 @@ PartitionFn = Callable[[int, Iterable[Any]], Iterable[Mapping[str, Any]]]
 
 def _task_writer(
     staging: str,
-    names: list[str],
+    name_of: Callable[[int], str],
     keys: list[int] | None,
     compression: str | None,
     sample_fn: SampleFn | None,
     partition_fn: PartitionFn | None = None,
 ) -> Callable[[Iterable[Any]], Iterable[Any]]:
-    """The ``mapInArrow`` function that writes one shard per task attempt: the rows of the
-    partition (through ``sample_fn``), or what ``partition_fn`` makes of them."""
+    """The ``mapInArrow`` function that writes one shard per task attempt, named
+    ``name_of(partition)``: the rows of the partition (through ``sample_fn``), or what
+    ``partition_fn`` makes of them."""
 
     def write_partition(batches: Iterable[Any]) -> Iterable[Any]:
         import pyarrow as pa
@@ -63,7 +69,7 @@ def _task_writer(
         pid, attempt = ctx.partitionId(), ctx.taskAttemptId()
         attempt_dir = os.path.join(staging, f"p{pid:05d}-a{attempt}")
         os.mkdir(attempt_dir)  # no parents: fails once the driver removed the staging dir
-        shard = ShardFile(os.path.join(attempt_dir, names[pid]), compression)
+        shard = ShardFile(os.path.join(attempt_dir, name_of(pid)), compression)
         key = keys[pid] if keys else None
         reports: list[dict[str, Any]] = []
         try:
@@ -171,9 +177,6 @@ def write_dataframe(
     may then be a callable on the winning attempts' reports, each with ``"shard"`` set to its
     shard's path, run on the driver before the commit.
     """
-    from gpuspark.schedulers.connect import require_classic
-
-    require_classic(df, "write_dataframe")
     if compression not in fmt.CODECS:
         raise fmt.unknown_codec_error(compression)
     if world_size is not None and world_size <= 0:
@@ -226,12 +229,15 @@ def _write_spark(
         df = df.persist()
     try:
         planned, layout, keys = plan_dataframe(df, num_shards, world_size, split_col)
-        names = [shard_name("part" if s is None else s, j, wid) for s, j in layout]
-        func = _task_writer(staging, names, keys, compression, sample_fn, partition_fn)
+        name_of = _shard_names(layout, wid)
+        func = _task_writer(staging, name_of, keys, compression, sample_fn, partition_fn)
         results = planned.mapInArrow(func, _RESULT_DDL).collect()
     finally:
         if cached:
             df.unpersist()
+    if layout is None:
+        layout = [(None, i) for i in range(len(results))]
+    names = [name_of(i) for i in range(len(layout))]
     prov = _spark_provenance(df, provenance, "write_dataframe")
     manifest, staged = _staged_manifest(results, layout, names, staging, compression, prov)
     if callable(extra):
@@ -247,14 +253,28 @@ def _write_spark(
     return commit(root, staged, manifest, old, staging, files)
 
 
+def _shard_names(layout: list[tuple[Any, int]] | None, wid: str) -> Callable[[int], str]:
+    """Shard ``i``'s file name: from the planned ``layout``, else ``part-<i>`` (a shard per
+    partition, however many the plan has)."""
+    if layout is None:
+        return partial(shard_name, "part", wid=wid)
+    return [shard_name("part" if s is None else s, j, wid) for s, j in layout].__getitem__
+
+
 def _spark_provenance(df: Any, given: Mapping[str, Any] | None, writer: str) -> dict[str, Any]:
-    sc = df.sparkSession.sparkContext
+    spark = df.sparkSession
+    if is_connect(spark):  # the server's application, read through its settings
+        app_id, master = spark.conf.get("spark.app.id", None), spark.conf.get("spark.master", None)
+        extra = {"spark_connect": True}
+    else:
+        app_id, master, extra = spark.sparkContext.applicationId, spark.sparkContext.master, {}
     return make_provenance(
         "spark",
         given,
         writer=writer,
-        spark_application_id=sc.applicationId,
-        spark_master=sc.master,
+        spark_application_id=app_id,
+        spark_master=master,
+        **extra,
     )
 
 
@@ -315,8 +335,7 @@ def write_partitions(
     Same staging and commit as :func:`write_dataframe`: exactly one attempt's shard and
     reports count per shard.
     """
-    from pyspark.sql import functions as F
-
+    F = sql_functions(df)
     if compression not in fmt.CODECS:
         raise fmt.unknown_codec_error(compression)
     for name in {s for s in splits if s is not None}:
@@ -331,7 +350,7 @@ def write_partitions(
         keys = partition_keys(len(layout))
         key_of = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col(shard_col) + F.lit(1))
         keyed = df.withColumn(KEY_COL, key_of).repartition(len(layout), KEY_COL)
-        func = _task_writer(staging, names, keys, compression, None, partition_fn)
+        func = _task_writer(staging, names.__getitem__, keys, compression, None, partition_fn)
         results = keyed.mapInArrow(func, _RESULT_DDL).collect()
         reports = [rep for r in results for rep in json.loads(r["reports"])]
         prov = _spark_provenance(df, provenance, "write_partitions")
