@@ -87,6 +87,24 @@ def up(
             help="The Connect server's gRPC port (implies --connect) [default: a free port].",
         ),
     ] = None,
+    netns: Annotated[
+        bool,
+        typer.Option(
+            "--netns",
+            help="Root only: each of the --hosts gets a network namespace of its own, a veth "
+            "into a bridge and an address from 198.18.0.0/15; its worker starts there from "
+            "the files `render standalone` writes for it. `down` removes them.",
+        ),
+    ] = False,
+    link_rate: Annotated[
+        str | None,
+        typer.Option(
+            "--link-rate",
+            metavar="RATE",
+            help="With --netns: shape each host's link, both directions, with tc tbf, "
+            "e.g. 200mbit or 1gbit [default: unshaped].",
+        ),
+    ] = None,
     state_dir: StateDirOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -97,6 +115,7 @@ def up(
     import time
 
     from gpuspark.cluster.local import LocalCluster
+    from gpuspark.cluster.netns import sigterm_raises
     from gpuspark.cluster.request import check_request
     from gpuspark.spec import load_spec
 
@@ -114,6 +133,8 @@ def up(
         hosts=hosts,
         connect=connect,
         connect_port=connect_port,
+        netns=netns,
+        link_rate=link_rate,
     )
     running = LocalCluster.running(state_dir)
     if running is not None:
@@ -125,7 +146,8 @@ def up(
         _already_running(running.status().as_dict(), json_out)
         return
     t0 = time.monotonic()
-    cluster.start()
+    with sigterm_raises():  # a stopped start removes what it made (namespaces too)
+        cluster.start()
     status = cluster.status().as_dict()
     status["startup_seconds"] = round(time.monotonic() - t0, 2)
     _show(status, json_out, note=f"started in {status['startup_seconds']} s")
@@ -211,6 +233,7 @@ def _show(info: dict[str, Any], json_out: bool, note: str | None = None) -> None
     title = f"{info['alive_workers']} of {len(info['workers'])} workers alive on {hosts} host(s)"
     columns = ["worker", "host", "pid", "state", "cores", "memory", "gpu addresses"]
     print_table(title, columns, rows)
+    _show_netns(info.get("netns"), info["workers"])
     _show_shape(info.get("shape") or {})
     if info.get("secure"):
         echo(
@@ -220,6 +243,18 @@ def _show(info: dict[str, Any], json_out: bool, note: str | None = None) -> None
     _show_connect(info)
     if note:
         echo(note)
+
+
+def _show_netns(net: dict[str, Any] | None, workers: list[dict[str, Any]]) -> None:
+    """``--netns``: the bridge, and each worker's address, namespace and link rate."""
+    if not net:
+        return
+    echo(
+        f"network namespaces (`cluster down` removes them): bridge {net['bridge']} "
+        f"{net['gateway']}/{net['prefix']} (master and driver)"
+    )
+    for w in workers:
+        echo(f"  worker {w['index']}: {w['host']} in {w['namespace']}, link {w['link_rate']}")
 
 
 def _show_connect(info: dict[str, Any]) -> None:
@@ -235,8 +270,8 @@ def _show_connect(info: dict[str, Any]) -> None:
     )
     echo(
         f"Spark Connect server {info['connect_url']} (pid {info['connect_pid']}{auth}): it "
-        "holds the executors; launch and train go through it, data jobs need `cluster up` "
-        "without --connect"
+        "holds the executors; launch, train and the data jobs (prep, shard writes) go through "
+        "it; predict and doctor's live checks need `cluster up` without --connect"
     )
 
 

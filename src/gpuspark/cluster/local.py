@@ -13,21 +13,16 @@ the process groups that ``up`` started.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from gpuspark._util import envvars
 from gpuspark._util.net import free_port, http_get_json
 from gpuspark._util.procs import pid_alive, spawn_group, terminate_groups
-from gpuspark._util.spark_compat import PYSPARK_REQUIREMENT
-from gpuspark.cluster import connect_server
+from gpuspark.cluster import connect_server, netns
 from gpuspark.cluster.announce import announce_master, withdraw_master
 from gpuspark.cluster.conf import metrics_properties, write_rendered
 from gpuspark.cluster.machine import check_machine
@@ -41,8 +36,22 @@ from gpuspark.cluster.shape import (
     parse_memory_mb,
     worker_address,
 )
-from gpuspark.cluster.state import ClusterState, ClusterStatus, WorkerState, WorkerStatus
-from gpuspark.cluster.workers import assign_gpus, daemon_security, remove_dirs, worker_properties
+from gpuspark.cluster.state import (
+    ClusterState,
+    ClusterStatus,
+    WorkerState,
+    WorkerStatus,
+    read_state,
+    write_state,
+)
+from gpuspark.cluster.workers import (
+    assign_gpus,
+    daemon_security,
+    detect_gpus,
+    remove_dirs,
+    spark_home,
+    worker_properties,
+)
 from gpuspark.errors import ClusterError, GpusparkError
 from gpuspark.spec import default_spec, resolve_spec
 
@@ -76,32 +85,6 @@ def default_state_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".gpuspark" / "cluster"
 
 
-def spark_home() -> Path:
-    """The Spark distribution bundled with pyspark (``bin/spark-class``, ``jars/``)."""
-    import pyspark
-
-    home = Path(pyspark.__file__).resolve().parent
-    if not (home / "bin" / "spark-class").exists():
-        raise ClusterError(
-            f"pyspark at {home} has no bin/spark-class",
-            remedy=f"reinstall pyspark from PyPI (pip install '{PYSPARK_REQUIREMENT}')",
-        )
-    return home
-
-
-def detect_gpus() -> list[str]:
-    """Indices of the NVIDIA GPUs on this machine via ``nvidia-smi -L`` (no torch import)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=True)
-    except (subprocess.SubprocessError, OSError):
-        return []
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")]
-    return [str(i) for i in range(len(lines))]
-
-
 class LocalCluster:
     """A real Spark standalone cluster on this machine, usable as a context manager.
 
@@ -124,6 +107,8 @@ class LocalCluster:
         hosts: int | None = None,
         connect: bool = False,
         connect_port: int | None = None,
+        netns: bool = False,
+        link_rate: str | None = None,
     ) -> None:
         for name, value, least in (("workers", workers, 1), ("cores", cores, 1), ("gpus", gpus, 0)):
             if value is not None and value < least:
@@ -146,6 +131,8 @@ class LocalCluster:
         """Spark authentication (a shared secret, generated) and RPC encryption on."""
         self.connect, self.connect_port = connect or connect_port is not None, connect_port
         """A Spark Connect server after the workers (on ``connect_port``, default a free one)."""
+        self.netns, self.link_rate = netns or link_rate is not None, link_rate
+        """Each host in a network namespace of its own (:mod:`.netns`), links shaped to a rate."""
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.state: ClusterState | None = None
         self._owns = False
@@ -161,7 +148,8 @@ class LocalCluster:
         spec = resolve_spec(self.spec)
         real = detect_gpus() if real_gpus is None else real_gpus
         shape = embedded_shape(spec, real_gpus=len(real), **self.overrides)
-        if self.hosts and self.overrides["workers"] is None and shape.workers < self.hosts:
+        few = shape.workers < (self.hosts or 0) or self.netns  # --netns: one worker per host
+        if self.hosts and self.overrides["workers"] is None and few:
             # --hosts N without --workers: one worker per host at least
             overrides = {**self.overrides, "workers": self.hosts}
             shape = embedded_shape(spec, real_gpus=len(real), **overrides)
@@ -228,6 +216,7 @@ class LocalCluster:
             connect_server.check_available()
         real = detect_gpus()
         shape = self.plan_shape(real)
+        net = netns.plan_network(self.hosts, shape.workers, self.link_rate) if self.netns else None
         check_machine(shape)
         gpu_sets, simulated = assign_gpus(shape, real)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -236,12 +225,16 @@ class LocalCluster:
         secret = self._write_security_conf()
         self._made_dirs = []
         try:
+            self.host = netns.bring_up(net) if net is not None else self.host
             self.state = self._start_master(simulated)
-            self.state.shape = shape.as_dict()
+            self.state.shape, self.state.netns = shape.as_dict(), net
             self.state.hosts = self.hosts or 0
             if secret is not None:
                 self.state.secure, self.state.secret_file = True, str(self._secret_path())
             self._write_state()
+            if net is not None:
+                args = (resolve_spec(self.spec), net, self.state.master_url, shape, gpu_sets)
+                self._made_dirs.append(netns.render_hosts(*args, self.state_dir))
             for i, addresses in enumerate(gpu_sets):
                 self.state.workers.append(self._start_worker(i, addresses))
                 self._write_state()
@@ -253,6 +246,7 @@ class LocalCluster:
                 self.stop()
             finally:
                 remove_dirs(self._made_dirs)
+                netns.tear_down(net)
             raise
         self._owns = True
 
@@ -341,6 +335,8 @@ class LocalCluster:
 
     def _start_worker(self, index: int, addresses: list[str]) -> WorkerState:
         assert self.state is not None
+        if self.state.netns is not None:
+            return self._start_netns_worker(index)
         host = self.worker_host(index)
         port, webui = free_port(host), free_port(host)
         work = self.state_dir / f"worker-{index}"
@@ -361,6 +357,16 @@ class LocalCluster:
         args += ["--memory", memory, "--work-dir", str(work), "--properties-file", str(props)]
         pid = self._spawn(args, log, local_ip=host)
         return WorkerState(index, pid, port, webui, cores, memory, addresses, str(log), host)
+
+    def _start_netns_worker(self, index: int) -> WorkerState:
+        """Worker ``index`` in its namespace from its host's rendered files (:mod:`.netns`)."""
+        assert self.state is not None and self.state.netns is not None
+        props = worker_properties(self.state_dir, [])
+        props += f"spark.metrics.conf={self.state_dir / 'conf' / 'metrics.properties'}\n"
+        if self.state.secure:
+            props += daemon_security(read_secret(self.state.secret_file))
+        env, net = self._env(), self.state.netns
+        return netns.start_worker(self.state_dir, net, index, self.state.master_url, env, props)
 
     def _wait_registered(self) -> None:
         assert self.state is not None
@@ -440,6 +446,7 @@ class LocalCluster:
             gpus=w.gpus,
             gpus_simulated=bool(self.state and self.state.gpus_simulated),
             log=w.log,
+            **netns.worker_fields(self.state.netns if self.state else None, w.index),
         )
 
     # -- stop -------------------------------------------------------------------------------
@@ -451,6 +458,7 @@ class LocalCluster:
             return []
         pids = state.pids()
         terminate_groups(pids, timeout)
+        netns.remove(state.netns)
 
         withdraw_master(f"embedded-{state.master_port}", self._spec_obj())
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
@@ -463,6 +471,7 @@ class LocalCluster:
         """A ``SparkSession`` on this cluster shaped by its spec (see
         :func:`gpuspark.cluster.session`); ``kind`` is ``"data"`` or ``"training"``."""
 
+        conf = {**netns.driver_conf(self.state.netns if self.state else None), **conf}
         return session(master=self.master_url, kind=kind, spec=self.spec, cluster=self, **conf)
 
     def __enter__(self) -> LocalCluster:
@@ -475,23 +484,11 @@ class LocalCluster:
     # -- state file -------------------------------------------------------------------------
 
     def _read_state(self) -> ClusterState | None:
-        path = self.state_dir / STATE_FILE
-        try:
-            return ClusterState.from_json(json.loads(path.read_text()))
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError) as exc:
-            raise ClusterError(
-                f"{path}: unreadable cluster state ({exc})",
-                remedy="stop any leftover Spark processes and delete that file",
-            ) from exc
+        return read_state(self.state_dir / STATE_FILE)
 
     def _write_state(self) -> None:
         assert self.state is not None
-        path = self.state_dir / STATE_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(self.state), indent=2))
-        os.replace(tmp, path)
+        write_state(self.state_dir / STATE_FILE, self.state)
 
 
 def _alive_workers(info: dict[str, Any]) -> int:

@@ -12,9 +12,11 @@
   it; it stops only what it started (the session, and an embedded cluster started for the job).
 - **Spark Connect** (``sc://…``): a client session (``SparkSession.builder.remote``) that can
   set only session (``spark.sql.*``) settings; the rest belongs to the Connect server's
-  application, and a note names what did not apply. When the embedded cluster runs a Connect
-  server (``cluster up --connect``), that server holds its executors: training on the
-  embedded cluster goes through it, and data jobs there are refused (they need the RDD API).
+  application, and a note names what did not apply. A data job runs over Connect when its
+  caller says it uses only the DataFrame API (``dataframe_only``: prep, from_dataframe, shards
+  writes); other data jobs are refused there in one line. When the embedded cluster runs a
+  Connect server (``cluster up --connect``), that server holds its executors: training and
+  DataFrame-only data jobs on the embedded cluster go through it.
 
 The conf is plain data first (:func:`session_plan`), printable without starting anything
 (``yarn`` and ``k8s://`` included; ``.materialize()`` gives the ``spark-submit`` line).
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark._util import envvars
+from gpuspark.cluster import netns
 from gpuspark.cluster.announce import announce_app, withdraw_app
 from gpuspark.cluster.conf import driver_metrics_conf, spark_conf
 from gpuspark.cluster.connect_session import connect_plan, connect_session, through_connect
@@ -131,6 +134,7 @@ def _embedded_conf(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
             executors = shape.workers * shape.executors_per_worker
             conf["spark.dynamicAllocation.maxExecutors"] = str(executors)
         conf.update(_wait_for_executors(shape.workers * shape.cores_per_worker))
+    conf.update(netns.driver_conf(cluster.state.netns if cluster.state else None))
     return conf
 
 
@@ -221,6 +225,7 @@ def session_plan(
     app_name: str = "gpuspark",
     cluster: LocalCluster | None = None,
     state_dir: str | os.PathLike[str] | None = None,
+    dataframe_only: bool = False,
     **conf: Any,
 ) -> SessionPlan:
     """Work out master, conf and environment for a session, without starting anything.
@@ -229,7 +234,9 @@ def session_plan(
     masters), the spec's Spark settings (shaped by the embedded cluster when the master is
     ``local-cluster``), the job kind, the current Python for driver and executors, ``conf``.
     Keyword names may use ``_`` for ``.`` (``spark_executor_cores=4``). Raises
-    :class:`ClusterError` for a shape Spark would call wasteful.
+    :class:`ClusterError` for a shape Spark would call wasteful. ``dataframe_only``: the data
+    job uses only the DataFrame API, so it may run over Spark Connect (see the module's
+    docstring); other data jobs are refused there.
     """
 
     spec_obj = resolve_spec(spec)
@@ -238,14 +245,17 @@ def session_plan(
     backend = backend_for(target)
     asked = {_key(k): _value(v) for k, v in conf.items()}
     data = JobKind(kind) is JobKind.DATA
+    classic_only = data and not dataframe_only
     if isinstance(backend, ConnectBackend):
-        return connect_plan(target, spec_obj, app_name, asked, data=data)
+        return connect_plan(target, spec_obj, app_name, asked, classic_only=classic_only)
     if cluster is None and backend.has_workers and not backend.is_embedded(target):
         cluster = _embedded_at(target, state_dir)
     master_ui = None
     if backend.is_embedded(target) or cluster is not None:
         found = _embedded(cluster, state_dir)
-        connect = through_connect(found.state, data, backend.is_embedded(target))
+        connect = through_connect(
+            found.state, data, backend.is_embedded(target), dataframe_only=dataframe_only
+        )
         if connect is not None:
             return connect_plan(connect, spec_obj, app_name, asked, embedded=True)
         resolved, master_ui = found.master_url, found.web_ui
@@ -287,6 +297,7 @@ def session(
     app_name: str = "gpuspark",
     cluster: LocalCluster | None = None,
     state_dir: str | os.PathLike[str] | None = None,
+    dataframe_only: bool = False,
     **conf: Any,
 ) -> SparkSession:
     """Build (or reuse) a ``SparkSession`` with gpuspark's settings; the caller stops it.
@@ -298,7 +309,14 @@ def session(
     (its ``/json/`` page, when readable) cannot hold even one executor of the shape asked for.
     """
     plan = session_plan(
-        master, spec, kind=kind, app_name=app_name, cluster=cluster, state_dir=state_dir, **conf
+        master,
+        spec,
+        kind=kind,
+        app_name=app_name,
+        cluster=cluster,
+        state_dir=state_dir,
+        dataframe_only=dataframe_only,
+        **conf,
     )
     backend_for(plan.master).check_environment(plan.master)
     if plan.remote:
@@ -389,6 +407,7 @@ def job_session(
     state_dir: str | os.PathLike[str] | None = None,
     app_name: str = "gpuspark",
     reuse_active: bool | None = None,
+    dataframe_only: bool = False,
     **conf: Any,
 ) -> Iterator[SparkSession]:
     """The session for one job, and the one ownership rule: stop only what was started here.
@@ -396,11 +415,12 @@ def job_session(
     ``spark`` as given; else the caller's active session (when no ``master``/``spec`` asks for
     another, or ``reuse_active``); else a new session on the spec's master. When that master
     is the embedded cluster and none runs, one is started from the spec for this job and
-    stopped after it.
+    stopped after it. ``dataframe_only``: a data job that uses only the DataFrame API, so a
+    Spark Connect session serves it (see :func:`session_plan`).
     """
     if spark is not None:
-        if JobKind(kind) is JobKind.DATA:
-            require_classic(spark, "this data job")
+        if JobKind(kind) is JobKind.DATA and not dataframe_only:
+            require_classic(spark, f"this job ({app_name})")
         yield spark
         return
     from pyspark.sql import SparkSession
@@ -420,6 +440,7 @@ def job_session(
             app_name=app_name,
             cluster=cluster,
             state_dir=state_dir,
+            dataframe_only=dataframe_only,
             **conf,
         )
         try:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpuspark._util.procs import pid_alive
+from gpuspark.errors import ClusterError
 
-__all__ = ["ClusterState", "ClusterStatus", "ConnectState", "WorkerState", "WorkerStatus"]
+__all__ = [
+    "ClusterState",
+    "ClusterStatus",
+    "ConnectState",
+    "NetnsHost",
+    "NetnsState",
+    "WorkerState",
+    "WorkerStatus",
+    "read_state",
+    "write_state",
+]
 
 
 @dataclass
@@ -48,6 +62,39 @@ class ConnectState:
 
 
 @dataclass
+class NetnsHost:
+    """One host of ``up --netns``: its network namespace and its link to the bridge."""
+
+    namespace: str
+    """``gpuspark-<id>-h<i>``: where its worker, executors and ranks run."""
+    veth: str
+    """The veth's end on the bridge, in the root namespace (``gs-<id>-h<i>``)."""
+    ifname: str
+    """The veth's end inside the namespace: the spec's ``socket_ifname`` for the host."""
+    address: str
+    """Its address (198.18.0.0/15): ``SPARK_LOCAL_IP`` of its worker and executors."""
+
+
+@dataclass
+class NetnsState:
+    """The network ``up --netns`` made: ``down`` removes every name listed here."""
+
+    cluster_id: str
+    bridge: str
+    gateway: str
+    """The bridge's address: the master's and the driver's."""
+    prefix: int
+    link_rate: str = ""
+    """``tc`` rate of every host's link, both directions (``""``: not shaped)."""
+    hosts: list[NetnsHost] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NetnsState:
+        hosts = [NetnsHost(**h) for h in data.pop("hosts", [])]
+        return cls(hosts=hosts, **data)
+
+
+@dataclass
 class ClusterState:
     """What ``up`` wrote to ``cluster.json``: enough for ``status`` and ``down``."""
 
@@ -70,6 +117,8 @@ class ClusterState:
     """Distinct worker addresses (``--hosts``); 0: every worker on ``host``."""
     connect: ConnectState | None = None
     """The Spark Connect server (``--connect``), when one was started."""
+    netns: NetnsState | None = None
+    """The hosts' namespaces, veths and bridge (``--netns``), when made."""
 
     def pids(self) -> list[int]:
         """The process groups ``up`` started: the Connect server's, the workers', the master's."""
@@ -81,7 +130,9 @@ class ClusterState:
         workers = [WorkerState(**w) for w in data.pop("workers", [])]
         connect = data.pop("connect", None)
         server = ConnectState(**connect) if connect else None
-        return cls(workers=workers, connect=server, **data)
+        net = data.pop("netns", None)
+        netns = NetnsState.from_json(net) if net else None
+        return cls(workers=workers, connect=server, netns=netns, **data)
 
 
 @dataclass
@@ -101,6 +152,10 @@ class WorkerStatus:
     log: str
     host: str = ""
     """The address the worker and its executors bind to: Spark's host name for them."""
+    namespace: str = ""
+    """Its network namespace (``--netns``; ``""``: this machine's)."""
+    link_rate: str = ""
+    """Its link's ``tc`` rate (``--netns``): a rate, ``unshaped``, or ``""`` without netns."""
 
 
 @dataclass
@@ -126,6 +181,8 @@ class ClusterStatus:
     connect_pid: int = 0
     connect_alive: bool = False
     connect_log: str = ""
+    netns: NetnsState | None = None
+    """The namespace hosts' network (bridge, gateway, link rate), when ``--netns``."""
 
     @classmethod
     def of(
@@ -155,6 +212,7 @@ class ClusterStatus:
             connect_pid=server.pid if server is not None else 0,
             connect_alive=server is not None and server.alive,
             connect_log=server.log if server is not None else "",
+            netns=state.netns,
         )
 
     @property
@@ -179,3 +237,23 @@ class ClusterStatus:
         data["gpu_addresses"] = self.gpu_addresses
         data["hosts"] = self.hosts
         return data
+
+
+def read_state(path: Path) -> ClusterState | None:
+    """The state ``up`` wrote to ``path``; ``None`` when there is none."""
+    try:
+        return ClusterState.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise ClusterError(
+            f"{path}: unreadable cluster state ({exc})",
+            remedy="stop any leftover Spark processes and delete that file",
+        ) from exc
+
+
+def write_state(path: Path, state: ClusterState) -> None:
+    """Write ``state`` to ``path`` atomically (a temporary file renamed into place)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2))
+    os.replace(tmp, path)

@@ -1,16 +1,53 @@
-"""What each worker of the embedded cluster is given: its GPU addresses, its properties file
-(its own GPU discovery script; the shared secret on a secure cluster), and its folder, which
-a start that fails half way removes again."""
+"""What each worker of the embedded cluster is given: the Spark it runs, its GPU addresses
+(this machine's NVIDIA GPUs split, or simulated ones), its properties file (its own GPU
+discovery script; the shared secret on a secure cluster), and its folder, which a start that
+fails half way removes again."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
+from gpuspark._util.spark_compat import PYSPARK_REQUIREMENT
 from gpuspark.cluster.shape import EmbeddedShape
+from gpuspark.errors import ClusterError
 
-__all__ = ["assign_gpus", "daemon_security", "remove_dirs", "worker_properties"]
+__all__ = [
+    "assign_gpus",
+    "daemon_security",
+    "detect_gpus",
+    "remove_dirs",
+    "spark_home",
+    "worker_properties",
+]
+
+
+def spark_home() -> Path:
+    """The Spark distribution bundled with pyspark (``bin/spark-class``, ``jars/``)."""
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    if not (home / "bin" / "spark-class").exists():
+        raise ClusterError(
+            f"pyspark at {home} has no bin/spark-class",
+            remedy=f"reinstall pyspark from PyPI (pip install '{PYSPARK_REQUIREMENT}')",
+        )
+    return home
+
+
+def detect_gpus() -> list[str]:
+    """Indices of the NVIDIA GPUs on this machine via ``nvidia-smi -L`` (no torch import)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=True)
+    except (subprocess.SubprocessError, OSError):
+        return []
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")]
+    return [str(i) for i in range(len(lines))]
 
 
 def assign_gpus(shape: EmbeddedShape, real: list[str]) -> tuple[list[list[str]], bool]:
