@@ -14,7 +14,7 @@ from gpuspark.demo import DemoConfig, run_demo
 REPORT_KEYS = {
     "studies", "dicom_files", "prep", "splits", "model", "world_size", "backend",
     "samples_per_s", "step_time_breakdown", "bytes", "validation", "test", "history",
-    "timings_s",
+    "timings_s", "closed_loop",
 }  # fmt: skip
 
 
@@ -34,6 +34,47 @@ def _check_report(report: dict[str, Any], out: Path, epochs: int) -> None:
     assert abs(sum(fr.values()) - 1.0) < 0.01 and fr["compute"] > 0
     b = report["bytes"]
     assert b["raw_total"] > 0 and 0 < b["sent_total"] <= b["raw_total"]
+    # the loop closed: the held-out studies' DICOM files through `predict dicom` score as the
+    # test split did in training (every test series scored, AUC and accuracy equal)
+    loop = report["closed_loop"]
+    assert loop["predict"]["series"] == report["splits"]["test"] > 0, loop
+    assert loop["predict"]["quarantined"] == 0 and loop["predict"]["unscored"] == []
+    assert loop["agree"] is True, loop
+    assert loop["predict_dicom_acc"] == loop["test_acc_in_training"], loop
+    from gpuspark.infer import MARKER
+
+    assert (out / "predictions" / MARKER).is_file()
+    got, want = _held_out_probs(out), _reference_probs(out)
+    assert got.keys() == want.keys() and len(got) == report["splits"]["test"]
+    assert max(abs(got[k] - want[k]) for k in want) <= 1e-6, (got, want)
+
+
+def _held_out_probs(out: Path) -> dict[str, float]:
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(str(out / "predictions"), format="parquet").to_table()
+    return dict(zip(table["id"].to_pylist(), table["prob_1"].to_pylist(), strict=True))
+
+
+def _reference_probs(out: Path) -> dict[str, float]:
+    """The test split's shard volumes through best.pt's network in this process, as the
+    in-training test scored them (the recipe's decoder of the recorded config)."""
+    import torch
+
+    from gpuspark.data.load import ShardDataset, World
+    from gpuspark.infer import load_volume_model
+    from gpuspark.infer.volume import build_volume_network
+
+    model = load_volume_model(out / "model" / "best.pt")
+    net = build_volume_network(model.data, model.path)
+    ds = ShardDataset(
+        out / "shards", decode="raw", split="test", shuffle=False, drop_last=False, world=World()
+    )
+    with torch.no_grad():
+        return {
+            str(s["id"]): float(net(torch.from_numpy(model.decode(s)[0][None])).softmax(1)[0, 1])
+            for s in ds
+        }
 
 
 @pytest.mark.spark

@@ -102,3 +102,19 @@ def test_powersgd_that_never_started_is_said_so(
     started = build_report(cfg, cohort, prep, _summary(12, 2), {"total_s": 9.0})["bytes"]
     assert started["started"] is True and started["not_started_reason"] is None
     assert started["sent_per_step_after_start"] == 0
+
+
+def test_closed_loop_puts_predict_dicom_next_to_the_test_split() -> None:
+    from gpuspark.demo.report import closed_loop
+
+    test = {"split": "test", "samples": 20, "auc": 0.95, "acc": 0.9}
+    scored = {"series": 20, "quarantined": 0, "unscored": [], "auc": 0.95 + 1e-9, "acc": 0.9}
+    loop = closed_loop(test, scored)
+    assert loop["test_auc_in_training"] == 0.95 and loop["predict_dicom_auc"] == 0.95 + 1e-9
+    assert loop["agree"] is True and loop["predict"] is scored
+    assert closed_loop(test, {**scored, "auc": 0.94})["agree"] is False
+    assert closed_loop(test, {**scored, "acc": 0.85})["agree"] is False
+    assert closed_loop(test, {**scored, "unscored": ["1.2.3"]})["agree"] is False
+    one_class = closed_loop({"auc": None, "acc": 1.0}, {**scored, "auc": None, "acc": 1.0})
+    assert one_class["agree"] is True  # a one-class split has no AUC on either side
+    assert closed_loop(test, None) == {"predict": None, "agree": None}

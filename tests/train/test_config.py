@@ -53,6 +53,8 @@ RUN_FLAGS = {
     "conf",
     "json_out",
     "recipe",
+    "mlflow",
+    "mlflow_model",
 }
 
 

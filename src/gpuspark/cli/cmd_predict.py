@@ -81,7 +81,9 @@ def predict(
     model: Annotated[
         str,
         typer.Option(
-            "--model", help="best.pt of a `train tabular` (tables) or `train resnet3d` run."
+            "--model",
+            help="best.pt of a `train tabular` (tables) or `train resnet3d` run, or an MLflow "
+            "model URI (models:/NAME/VERSION, runs:/RUN_ID/model) of `train --mlflow`.",
         ),
     ],
     output: Annotated[
@@ -109,6 +111,15 @@ def predict(
     team: Annotated[
         str | None, typer.Option("--team", help="Submit under this team of the spec.")
     ] = None,
+    mlflow: Annotated[
+        str | None,
+        typer.Option(
+            "--mlflow",
+            metavar="URI",
+            help="MLflow store a models:/ or runs:/ --model is found in [default: "
+            "MLFLOW_TRACKING_URI, else ./mlruns].",
+        ),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Score a table (or DICOM studies) with a trained model on Spark: prob_<class> and
@@ -131,6 +142,7 @@ def predict(
             spec=spec,
             team=team,
             progress=progress,
+            mlflow=mlflow,
         )
     if json:
         print_json(res.as_dict())

@@ -92,18 +92,34 @@ def _run_options(
     master: MasterOpt = None,
     spec: SpecOpt = None,
     conf: ConfOpt = None,
+    mlflow: Annotated[
+        bool,
+        typer.Option(
+            "--mlflow",
+            help="Track the run in MLflow from rank 0 and register best.pt as a model: "
+            "`--mlflow [URI]`, URI a folder, sqlite:///FILE.db or http://HOST:PORT "
+            "[default: MLFLOW_TRACKING_URI, else ./mlruns]. Needs gpuspark[mlflow].",
+        ),
+    ] = False,
+    mlflow_model: Annotated[
+        str | None,
+        typer.Option(
+            "--mlflow-model", metavar="NAME", help="Registered model name [default: the recipe]."
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The options of ``gpuspark train`` that are no :class:`RecipeConfig` field: which recipe,
     where and how the ranks run. The config's own flags are made from its fields."""
 
 
-def train(recipe: str, **options: Any) -> None:
+def train(recipe: str, extra_args: list[str] | None = None, **options: Any) -> None:
     """Train a recipe with DDP or FSDP on the cluster (embedded one by default); rank 0 logs
     epochs."""
     from gpuspark.train import recipes
 
     run = {name: options.pop(name) for name in _RUN_NAMES}
+    run["tracking"] = _tracking(run.pop("mlflow"), run.pop("mlflow_model"), extra_args or [])
     run["spec"] = spec_with_conf(run["spec"], run.pop("conf"))
     if run.pop("no_local"):
         deprecated("train --no-local", "no flag: ranks run on Spark by default")
@@ -116,6 +132,24 @@ def train(recipe: str, **options: Any) -> None:
         print_json(summary.as_dict())
         return
     _print_summary(summary)
+
+
+def _tracking(mlflow: bool, model_name: str | None, extra: list[str]) -> Any:
+    """The :class:`~gpuspark.train.tracking.Tracking` of ``--mlflow [URI]`` (``None``
+    without it). ``--mlflow`` is a flag whose optional URI is the word after it (Typer has
+    no options with an optional value), so that word arrives as the command's one extra
+    argument; any other extra argument is a usage error."""
+    if len(extra) > 1 or (extra and not mlflow):
+        raise typer.BadParameter(
+            f"unexpected argument(s) {' '.join(extra)} (only --mlflow takes one URI after it)"
+        )
+    if not mlflow:
+        if model_name is not None:
+            raise typer.BadParameter("--mlflow-model needs --mlflow", param_hint="--mlflow-model")
+        return None
+    from gpuspark.train.tracking import Tracking
+
+    return Tracking(uri=extra[0] if extra else None, model_name=model_name)
 
 
 _RUN_NAMES = tuple(inspect.signature(_run_options).parameters)[1:]
@@ -195,9 +229,12 @@ def _command() -> Any:
             continue
         config.append(_flag_parameter(name, f, _flag_type(_owner_class(owner), name)))
     params = [run[0], *config, *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in run[1:])]
+    params.append(
+        inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+    )
 
-    def command(**kwargs: Any) -> None:
-        train(**kwargs)
+    def command(ctx: typer.Context, **kwargs: Any) -> None:
+        train(extra_args=list(ctx.args), **kwargs)
 
     command.__doc__ = train.__doc__
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -255,6 +292,11 @@ def _print_summary(summary: TrainSummary) -> None:
             f"{k} {v:.3f}" for k, v in test.items() if isinstance(v, float) and k != "epoch"
         )
         echo(f"{test['split']} split ({test['samples']} samples, best model): {scores}")
+    tracked = summary.tracking
+    if tracked:
+        echo(f"mlflow: run {tracked['run_id']} in {tracked['uri']}")
+        if tracked.get("model_uri"):
+            echo(f"mlflow: registered {tracked['model_uri']} (gpuspark predict ... --model it)")
 
 
 def _score(m: dict[str, Any]) -> str:
@@ -266,4 +308,5 @@ def _score(m: dict[str, Any]) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add ``gpuspark train``."""
-    app.command("train")(_command())
+    extra = {"allow_extra_args": True, "ignore_unknown_options": False}  # --mlflow's URI
+    app.command("train", context_settings=extra)(_command())

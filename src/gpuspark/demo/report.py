@@ -9,18 +9,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuspark import storage
+from gpuspark._util.extras import require
 from gpuspark.demo.config import DemoConfig
 
 if TYPE_CHECKING:
     from gpuspark.train.recipes import TrainSummary
 
-__all__ = ["build_report", "plot_history", "write_report"]
+__all__ = ["AGREE_TOLERANCE", "build_report", "closed_loop", "plot_history", "write_report"]
 
 
 def build_report(
-    cfg: DemoConfig, cohort: Any, prep: Any, summary: TrainSummary, timings: dict[str, float]
+    cfg: DemoConfig,
+    cohort: Any,
+    prep: Any,
+    summary: TrainSummary,
+    timings: dict[str, float],
+    scored: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The figures of ``report.json`` from the run's parts."""
+    """The figures of ``report.json`` from the run's parts; ``scored``: the held-out studies
+    scored through ``predict dicom`` (:func:`gpuspark.demo.pipeline.score_held_out`), shown
+    next to the in-training test scores (``closed_loop``)."""
     hist = summary.history
     last = hist[-1]
     seconds = sum(m["seconds"] for m in hist)
@@ -71,6 +79,7 @@ def build_report(
         "validation": {k: v for k, v in summary.best.items() if k != "score"},
         "final_val_auc": last.get("val_auc"),
         "test": summary.test,
+        "closed_loop": closed_loop(summary.test, scored),
         "history": [
             {
                 k: m.get(k)
@@ -79,6 +88,33 @@ def build_report(
             for m in hist
         ],
         "timings_s": {k: round(v, 2) for k, v in timings.items()},
+    }
+
+
+AGREE_TOLERANCE = 1e-6
+"""How far the AUC of ``predict dicom`` on the held-out studies may be from the in-training
+test AUC (the same volumes and network: equal up to float rounding in the ranking)."""
+
+
+def closed_loop(test: dict[str, Any] | None, scored: dict[str, Any] | None) -> dict[str, Any]:
+    """The held-out studies scored by ``predict dicom`` next to the in-training test split's
+    scores, and whether they agree (AUC within :data:`AGREE_TOLERANCE`, accuracy equal)."""
+    if scored is None:
+        return {"predict": None, "agree": None}
+    test = test or {}
+    pairs = [(test.get(k), scored.get(k)) for k in ("auc", "acc")]
+    agree = all(
+        (a is None and b is None)
+        or (a is not None and b is not None and abs(a - b) <= AGREE_TOLERANCE)
+        for a, b in pairs
+    )
+    return {
+        "test_auc_in_training": test.get("auc"),
+        "predict_dicom_auc": scored.get("auc"),
+        "test_acc_in_training": test.get("acc"),
+        "predict_dicom_acc": scored.get("acc"),
+        "agree": agree and not scored.get("unscored"),
+        "predict": scored,
     }
 
 
@@ -97,10 +133,9 @@ def _not_started(cfg: DemoConfig, comm: dict[str, Any], after: dict[str, Any]) -
 
 def plot_history(history: list[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
     """Write a PNG of training loss and validation AUC per epoch (matplotlib, Agg backend)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plot", "the demo's report")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "plot", "the demo's report")
 
     epochs = [m["epoch"] + 1 for m in history]
     fig, ax1 = plt.subplots(figsize=(6, 3.5), dpi=100)

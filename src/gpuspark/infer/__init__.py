@@ -14,7 +14,9 @@ its encoding), ``volume`` (a model trained on DICOM volumes and its preprocessin
 ``tabular`` model as a TorchScript or ``torch.export`` file), ``features`` (a table's columns
 and the encoding expressions), ``worker`` (what runs in the
 tasks: the model cache, the device, the table scoring function), ``table`` and ``dicom``
-(the jobs), ``output`` (the staged, renamed folder), ``result`` and ``predict`` (the entry).
+(the jobs), ``output`` (the staged, renamed folder), ``result`` and ``predict`` (the entry),
+``mlflow_model`` (``models:/`` and ``runs:/`` URIs resolved to their checkpoint) and
+``pyfunc`` (the MLflow ``python_function`` flavour of ``gpuspark train --mlflow``'s models).
 Import from ``gpuspark.infer``; the layout behind it may change.
 """
 

@@ -10,7 +10,8 @@ from typing import Any
 from gpuspark.data.prep.progress import Progress
 from gpuspark.errors import GpusparkError
 from gpuspark.infer.dicom import DEFAULT_VOLUME_BATCH, predict_dicom
-from gpuspark.infer.model import SERVED_RECIPES, read_checkpoint, recipe_input
+from gpuspark.infer.mlflow_model import is_model_uri, read_model
+from gpuspark.infer.model import SERVED_RECIPES, CheckpointFile, read_checkpoint, recipe_input
 from gpuspark.infer.result import PredictResult
 from gpuspark.infer.table import DEFAULT_BATCH_SIZE, predict_table
 
@@ -35,6 +36,7 @@ def predict(
     spec: Any = None,
     team: str | None = None,
     progress: Progress | None = None,
+    mlflow: str | None = None,
 ) -> PredictResult:
     """Score ``source`` with the gpuspark checkpoint ``model`` (a ``best.pt``, or the run
     folder holding it) and commit the predictions as the Parquet folder ``dst``.
@@ -47,9 +49,15 @@ def predict(
     any Spark job. ``batch_size``: rows (default 4,096) or volumes (default 8) per model
     call; ``id``: the column kept with a table's predictions (DICOM predictions are keyed by
     the series UID). The other options as in :func:`~gpuspark.infer.table.predict_table`.
+
+    ``model`` may also be an MLflow model URI, ``models:/NAME/VERSION`` or
+    ``runs:/RUN_ID/model``, of a model ``gpuspark train --mlflow`` registered: resolved in the
+    MLflow store ``mlflow`` (default: ``MLFLOW_TRACKING_URI``, else ``./mlruns``) to its
+    checkpoint, which is then served as a path would be
+    (:mod:`gpuspark.infer.mlflow_model`).
     """
     _check_options(kind, batch_size, partitions)
-    ckpt = read_checkpoint(model)
+    ckpt = _checkpoint(model, mlflow)
     kind = kind or ("dicom" if recipe_input(ckpt.recipe) == "volume" else "table")
     common: dict[str, Any] = {"partitions": partitions, "overwrite": overwrite, "spark": spark}
     common.update(master=master, spec=spec, team=team, progress=progress)
@@ -64,6 +72,13 @@ def predict(
     return predict_table(
         source, ckpt, dst, id=id, batch_size=batch_size or DEFAULT_BATCH_SIZE, **common
     )
+
+
+def _checkpoint(model: str | os.PathLike[str], mlflow: str | None) -> CheckpointFile:
+    """The checkpoint ``model`` names: an MLflow model URI resolved, else a path read."""
+    if is_model_uri(model):
+        return read_model(str(model), mlflow)
+    return read_checkpoint(model)
 
 
 def _check_options(kind: str | None, batch_size: int | None, partitions: int | None) -> None:

@@ -38,6 +38,7 @@ from gpuspark.train import metrics as mx
 from gpuspark.train.checkpointer import checkpointer_for
 from gpuspark.train.metrics import StepHook
 from gpuspark.train.prometheus import prometheus_hooks
+from gpuspark.train.tracking import TrackedRun, Tracking, fit_run, log_epoch_safely
 
 __all__ = ["FitConfig", "fit", "to_device"]
 
@@ -164,6 +165,7 @@ def fit(
     evaluate: Callable[[Any, int], dict[str, Any]] | None = None,
     transform: Callable[[Any, Any], tuple[Any, Any]] | None = None,
     on_step: Callable[[int], None] | None = None,
+    tracking: Tracking | TrackedRun | str | None = None,
 ) -> list[dict[str, Any]]:
     """Train ``model`` (from :func:`~gpuspark.train.prepare`) and return per-epoch metrics.
 
@@ -171,7 +173,9 @@ def fit(
     ``set_epoch(epoch)`` and is asked for ``state_dict()`` when checkpointing. ``transform(x,
     y)`` runs on each batch after it is on the device (augmentations). ``evaluate(model,
     epoch)`` runs on every rank after each epoch; its dict is merged into that epoch's metrics.
-    ``on_step(global_step)`` is called after every optimizer step. Collective: all ranks call it.
+    ``on_step(global_step)`` is called after every optimizer step. Rank 0 logs each epoch's
+    metrics to the MLflow run of ``tracking`` (see :func:`gpuspark.train.tracking.fit_run`).
+    Collective: all ranks call it.
     """
 
     cfg = config or FitConfig()
@@ -207,19 +211,22 @@ def fit(
     state.run_id = run_id
     state.on_step = on_step
     state.transform = transform
-    for epoch in range(start_epoch, cfg.epochs):
-        acc = state.run_epoch(loader, epoch, skip_steps, loader_state)
-        skip_steps, loader_state = 0, None
-        if scheduler is not None and cfg.scheduler_interval == "epoch":
-            scheduler.step()
-        extra = evaluate(model, epoch) if evaluate is not None else {}
-        m = state.epoch_metrics(epoch, acc, extra)
-        history.append(m)
-        if _rank()[0] == 0:
-            if cfg.log is not None:
-                cfg.log(mx.format_epoch(m))
-            mx.emit(m)
-        state.checkpoint(epoch + 1, 0)
+    info = {"world_size": _rank()[1], "compression": model.gpuspark_info.meter.compression}
+    with fit_run(tracking, rank=_rank()[0], config=cfg, params=info) as run:
+        for epoch in range(start_epoch, cfg.epochs):
+            acc = state.run_epoch(loader, epoch, skip_steps, loader_state)
+            skip_steps, loader_state = 0, None
+            if scheduler is not None and cfg.scheduler_interval == "epoch":
+                scheduler.step()
+            extra = evaluate(model, epoch) if evaluate is not None else {}
+            m = state.epoch_metrics(epoch, acc, extra)
+            history.append(m)
+            if _rank()[0] == 0:
+                if cfg.log is not None:
+                    cfg.log(mx.format_epoch(m))
+                mx.emit(m)
+                log_epoch_safely(run, m)
+            state.checkpoint(epoch + 1, 0)
     return history
 
 

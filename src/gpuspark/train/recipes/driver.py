@@ -27,6 +27,7 @@ from gpuspark.train.recipes.registry import (
 )
 from gpuspark.train.recipes.run_dirs import check_run_dirs, clear_earlier_run
 from gpuspark.train.recipes.summary import TrainSummary
+from gpuspark.train.tracking import Tracking, prepare
 
 __all__ = ["check_recipe", "preflight", "resolve_paths", "run"]
 
@@ -116,6 +117,7 @@ def run(
     metrics_host: str | None = None,
     max_restarts: int = 0,
     max_attempts: int = 1,
+    tracking: Tracking | str | None = None,
 ) -> TrainSummary:
     """Launch :func:`~.rank.train` on ``num_processes`` ranks and return rank 0's summary.
 
@@ -133,6 +135,10 @@ def run(
     times; ``max_attempts``: the whole barrier stage is retried (e.g. after a lost host). A
     restart or retry resumes from the newest checkpoint of ``cfg.checkpoint_dir`` (without
     one it starts over).
+
+    ``tracking`` (a :class:`~gpuspark.train.tracking.Tracking` or a tracking URI, ``""``:
+    ``MLFLOW_TRACKING_URI`` else ``./mlruns``): rank 0 logs the run to MLflow and registers
+    its ``best.pt`` as a model (default name: the recipe's); checked here before any rank.
     """
 
     # before the dataset, the cluster and any rank: the spec (read once), the team (default:
@@ -148,6 +154,8 @@ def run(
     )
     cfg = resolve_paths(cfg)
     recipe = preflight(name, cfg, num_processes=num_processes)
+    if tracking is not None:  # MLflow installed and its store usable, before any rank
+        tracking = prepare(tracking, model_name=recipe.name, spec=job.spec.name)
     clear_earlier_run(cfg)
     kwargs: dict[str, Any] = {
         "num_processes": num_processes,
@@ -162,6 +170,6 @@ def run(
         "job": job,
     }
     if local:
-        return launch.run(train, recipe.name, cfg, local=True, **kwargs)
+        return launch.run(train, recipe.name, cfg, tracking, local=True, **kwargs)
     with job.session(spark) as sp:
-        return launch.run(train, recipe.name, cfg, spark=sp, **kwargs)
+        return launch.run(train, recipe.name, cfg, tracking, spark=sp, **kwargs)

@@ -22,6 +22,8 @@ from gpuspark.data.format.table import TableInfo, is_table
 from gpuspark.data.load import ShardDataset, World
 from gpuspark.launch import restart_count
 from gpuspark.train import ddp, fsdp
+from gpuspark.train import tracking as tracked
+from gpuspark.train.checkpoint_dir import latest
 from gpuspark.train.loop import FitConfig, fit
 from gpuspark.train.recipes.common import augment
 from gpuspark.train.recipes.config import RecipeConfig
@@ -266,12 +268,50 @@ def _test(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, model: Any) -> dic
 # -- the per-rank function -------------------------------------------------------------------
 
 
-def train(name: str, cfg: RecipeConfig) -> TrainSummary:
+def train(name: str, cfg: RecipeConfig, tracking: tracked.Tracking | None = None) -> TrainSummary:
     """Train recipe ``name`` on this rank (one of the launched processes); collective.
 
     Returns a summary on every rank (rank 0's has the validation scores): the per-epoch
     metrics, the best epoch and its scores, dataset sizes and the model's parameter count.
+    With ``tracking`` (checked by :func:`gpuspark.train.tracking.prepare`), rank 0 logs the
+    run to MLflow and registers ``best.pt`` (:mod:`gpuspark.train.tracking`); its summary's
+    ``tracking`` says where.
     """
+    world = World.detect()  # before the process group: prepare() starts it, in _train
+    run = None
+    if tracking is not None and world.rank == 0:
+        run = tracked.start(tracking, _run_params(name, cfg, world.world_size))
+    try:
+        summary = _train(name, cfg, run)
+    except BaseException:
+        if run is not None:
+            run.end("FAILED")
+        raise
+    if run is not None:
+        summary.tracking = _finish_run(run, summary, cfg)
+    return summary
+
+
+def _run_params(name: str, cfg: RecipeConfig, world_size: int) -> dict[str, Any]:
+    """The MLflow parameters of a recipe run: the recipe, world size, compression, config."""
+    return {
+        "recipe": name,
+        "world_size": world_size,
+        "compression": cfg.parallel.compression or "none",
+        "config": asdict(cfg),
+    }
+
+
+def _finish_run(run: tracked.TrackedRun, summary: TrainSummary, cfg: RecipeConfig) -> Any:
+    """Rank 0's end of the MLflow run: scores, report, checkpoint, registered ``best.pt``."""
+    directory = cfg.checkpoint.checkpoint_dir
+    newest = latest(directory) if directory and Path(directory).is_dir() else None
+    best = Path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
+    return tracked.finish_recipe_run(run, summary.as_dict(), best=best, checkpoint=newest)
+
+
+def _train(name: str, cfg: RecipeConfig, run: tracked.TrackedRun | None) -> TrainSummary:
+    """:func:`train`'s work; ``run``: rank 0's MLflow run, fed each epoch's metrics."""
     import torch
     import torch.distributed as dist
 
@@ -317,6 +357,7 @@ def train(name: str, cfg: RecipeConfig) -> TrainSummary:
             resume=cfg.checkpoint.resume or _restarted(cfg),
             model_config=model_config(recipe, cfg, classes),
         ),
+        tracking=run,
     )
     meter = ddp.comm_meter(model)
     rank0 = dist.get_rank() == 0

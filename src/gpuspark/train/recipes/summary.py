@@ -32,6 +32,9 @@ class TrainSummary:
     """The training loader's counters (waits, cache, skipped records)."""
     test: dict[str, Any] | None = None
     """Scores on the held-out test split (rank 0, when the dataset has one)."""
+    tracking: dict[str, Any] | None = None
+    """Where rank 0 tracked the run in MLflow (``--mlflow``): tracking URI, run id, registered
+    model URI (see :meth:`gpuspark.train.tracking.TrackedRun.summary`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for ``--json`` and ``history.json``."""

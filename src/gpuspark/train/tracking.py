@@ -1,0 +1,393 @@
+"""MLflow tracking of a training run (``gpuspark train --mlflow``, ``fit(..., tracking=...)``).
+
+:class:`Tracking` says where a run is tracked: a tracking URI (a local folder, i.e. MLflow's
+file store, ``sqlite:///...`` or ``http(s)://...``), the experiment and the registered
+model's name. It is plain data, sent to the ranks. :func:`prepare` checks it on the driver
+before any rank starts (MLflow installed, the store usable) and makes local paths absolute
+(ranks start in other working directories).
+
+Rank 0, and only rank 0, opens a :class:`TrackedRun` (:func:`start`): it logs the run's
+parameters, one set of metrics per epoch (:meth:`TrackedRun.log_epoch`, the numbers of the
+epoch report: loss, validation scores, samples/s, bytes sent and saved, the step-time
+breakdown), and at the end the final checkpoint and report as artifacts and ``best.pt`` as a
+registered MLflow model (:meth:`TrackedRun.log_model`) whose ``python_function`` flavour is
+:mod:`gpuspark.infer.pyfunc` (named by its module path: ``train`` does not import
+``infer``), so ``gpuspark predict --model models:/NAME/VERSION`` scores with it.
+
+MLflow is imported inside the functions that use it: the ``[mlflow]`` extra is optional.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpuspark import storage
+from gpuspark._util.extras import require
+from gpuspark.errors import GpusparkError
+from gpuspark.train.checkpoint_dir import latest
+
+__all__ = [
+    "DEFAULT_STORE",
+    "EXPERIMENT",
+    "FIT_PARAMS",
+    "FLAVOR_MODULE",
+    "MODEL_ARTIFACT",
+    "TrackedRun",
+    "Tracking",
+    "epoch_values",
+    "finish_recipe_run",
+    "fit_run",
+    "flat_params",
+    "import_mlflow",
+    "prepare",
+    "start",
+    "tracking_uri",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE = "./mlruns"
+"""The tracking URI of ``--mlflow`` without a value when ``MLFLOW_TRACKING_URI`` is unset."""
+EXPERIMENT = "gpuspark"
+"""The experiment runs are logged to unless :attr:`Tracking.experiment` names another."""
+FLAVOR_MODULE = "gpuspark.infer.pyfunc"
+"""The ``loader_module`` of the logged model's ``python_function`` flavour."""
+MODEL_ARTIFACT = "model"
+"""The logged model's name in its run (``runs:/RUN_ID/model``)."""
+_FILE_STORE_OPT_IN = "MLFLOW_ALLOW_FILE_STORE"
+_NAMED_STORES = ("databricks", "databricks-uc", "uc", "sqlite")
+FIT_PARAMS = ("epochs", "accum_steps", "checkpoint_every", "scheduler_interval", "model_config")
+"""The ``FitConfig`` fields a run of :func:`gpuspark.train.fit` logs as parameters."""
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """Where and under which names a training run is tracked in MLflow (plain data)."""
+
+    uri: str | None = None
+    """Tracking URI: a local folder (file store), ``file:``, ``sqlite:///``, ``http(s)://``;
+    ``None``: ``MLFLOW_TRACKING_URI``, else :data:`DEFAULT_STORE`."""
+    model_name: str | None = None
+    """Registered model name (default: the recipe's name)."""
+    experiment: str = EXPERIMENT
+    """MLflow experiment of the run."""
+    run_name: str | None = None
+    """MLflow run name (default: MLflow's)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Parameters the driver adds (e.g. the spec's name)."""
+
+
+def tracking_uri(value: str | None) -> str:
+    """The tracking URI ``value`` names, usable from any working directory: ``None`` or
+    ``""`` -> ``MLFLOW_TRACKING_URI``, else :data:`DEFAULT_STORE`; a local path or ``file:``
+    URI -> an absolute path; ``sqlite:///relative.db`` -> ``sqlite:////abs/relative.db``;
+    anything else (``http://``, ``https://``, ``databricks``, ...) as it is."""
+    text = value or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_STORE
+    if text.startswith("sqlite:///") and not text.startswith("sqlite:////"):
+        return "sqlite:///" + os.path.abspath(text[len("sqlite:///") :])
+    if text.startswith("file:"):
+        text = text[len("file:") :].removeprefix("//")
+    if "://" in text or storage.is_url(text) or text.split(":")[0] in _NAMED_STORES:
+        return text
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def is_file_store(uri: str) -> bool:
+    """Whether ``uri`` (from :func:`tracking_uri`) is MLflow's file store (a local folder)."""
+    return uri.startswith("/")
+
+
+def import_mlflow(purpose: str = "MLflow tracking") -> Any:
+    """The ``mlflow`` module, else the one-line error of ``purpose`` needing the
+    ``[mlflow]`` extra (:func:`gpuspark._util.extras.require`)."""
+    return require("mlflow", "mlflow", purpose)
+
+
+def use_store(uri: str, purpose: str = "MLflow tracking") -> Any:
+    """``mlflow`` with ``uri`` as its tracking and registry URI. MLflow 3 refuses its file
+    store unless ``MLFLOW_ALLOW_FILE_STORE`` is set: a folder given as ``--mlflow`` is that
+    explicit choice, so it is set here (this process and the ranks it starts)."""
+    mlflow = import_mlflow(purpose)
+    if is_file_store(uri):
+        os.environ.setdefault(_FILE_STORE_OPT_IN, "true")
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return mlflow
+
+
+def prepare(tracking: Tracking | str | None, *, model_name: str, **params: Any) -> Tracking:
+    """``tracking`` checked on the driver before any rank starts: MLflow installed, the URI
+    absolute (:func:`tracking_uri`), the store reachable (its experiment found or created),
+    the model name defaulted to ``model_name``, ``params`` added. A string is a URI."""
+    if not isinstance(tracking, Tracking):
+        tracking = Tracking(uri=tracking)
+    tracking = replace(
+        tracking,
+        uri=tracking_uri(tracking.uri),
+        model_name=tracking.model_name or model_name,
+        params={**tracking.params, **{k: v for k, v in params.items() if v is not None}},
+    )
+    mlflow = use_store(str(tracking.uri), "train --mlflow")
+    try:
+        mlflow.set_experiment(tracking.experiment)
+    except Exception as exc:  # MLflow raises many types for a store it cannot use
+        raise GpusparkError(
+            f"MLflow store {tracking.uri} cannot be used ({_first_line(exc)})",
+            remedy="check --mlflow (a folder, sqlite:///FILE.db or http://HOST:PORT)",
+        ) from None
+    return tracking
+
+
+def _first_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {text}"
+
+
+# -- what is logged ----------------------------------------------------------------------------
+
+
+def flat_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested ``values`` as MLflow parameters: ``{"optim": {"lr": 0.001}}`` ->
+    ``{"optim.lr": "0.001"}``; ``None`` and empty groups left out; text cut to 6,000
+    characters (MLflow's limit is 6,000)."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat_params(value, f"{name}."))
+        elif value is not None:
+            text = json.dumps(value) if isinstance(value, list | tuple) else str(value)
+            out[name] = text[:6000]
+    return out
+
+
+def epoch_values(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of one epoch's report (:func:`gpuspark.train.metrics.epoch_metrics`) as
+    MLflow metrics: every finite number but ``epoch`` (the step), the fractions as
+    ``fraction_<part>``, the memory as ``memory_<part>``, and ``bytes_saved`` (raw minus
+    sent gradient bytes: what compression saved)."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if key == "epoch":
+            continue
+        if key in ("fractions", "memory") and isinstance(value, Mapping):
+            prefix = "fraction" if key == "fractions" else key
+            out.update({f"{prefix}_{k}": float(v) for k, v in value.items() if _number(v)})
+        elif _number(value):
+            out[key] = float(value)
+    if "bytes_raw" in out and "bytes_sent" in out:
+        out["bytes_saved"] = out["bytes_raw"] - out["bytes_sent"]
+    return out
+
+
+def _number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value)
+
+
+# -- rank 0's run ------------------------------------------------------------------------------
+
+
+class TrackedRun:
+    """An open MLflow run of rank 0; every call logs to it (see the module docstring)."""
+
+    def __init__(self, tracking: Tracking, run_id: str) -> None:
+        self.tracking = tracking
+        self.run_id = run_id
+        self.model_uri: str | None = None
+        self.model_version: str | None = None
+
+    def _client(self) -> Any:
+        """An ``MlflowClient`` of the run's store."""
+        return use_store(str(self.tracking.uri)).MlflowClient()
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log nested ``params`` (:func:`flat_params`)."""
+        param = require("mlflow.entities", "mlflow", "MLflow tracking").Param
+        client = self._client()
+        items = [param(k, v) for k, v in flat_params(params).items()]
+        for i in range(0, len(items), 100):  # MLflow's batch limit: 100 parameters
+            client.log_batch(self.run_id, params=items[i : i + 100])
+
+    def log_epoch(self, metrics: Mapping[str, Any]) -> None:
+        """One epoch's numbers (:func:`epoch_values`) at step ``metrics["epoch"]``."""
+        self.log_metrics(epoch_values(metrics), step=int(metrics.get("epoch", 0)))
+
+    def log_metrics(self, values: Mapping[str, float], step: int | None = None) -> None:
+        """Log ``values`` (name -> number) at ``step``."""
+        import time
+
+        metric = require("mlflow.entities", "mlflow", "MLflow tracking").Metric
+        client = self._client()
+        now = int(time.time() * 1000)
+        items = [metric(k, float(v), now, step or 0) for k, v in values.items() if _number(v)]
+        for i in range(0, len(items), 1000):  # MLflow's batch limit: 1,000 metrics
+            client.log_batch(self.run_id, metrics=items[i : i + 1000])
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """Log the file or folder ``path`` (under ``artifact_path``), if it exists."""
+        p = Path(path)
+        if p.is_dir():
+            self._client().log_artifacts(self.run_id, str(p), artifact_path)
+        elif p.is_file():
+            self._client().log_artifact(self.run_id, str(p), artifact_path)
+
+    def log_report(self, report: Mapping[str, Any], name: str = "report.json") -> None:
+        """Log ``report`` (plain data) as the JSON artifact ``name``."""
+        with tempfile.TemporaryDirectory(prefix="gpuspark-mlflow-") as tmp:
+            file = Path(tmp) / name
+            file.write_text(json.dumps(report, indent=2, default=str))
+            self.log_artifact(file)
+
+    def log_model(self, best: str | os.PathLike[str], step: int = 0) -> str:
+        """Log ``best`` (a ``best.pt``) as the model :data:`MODEL_ARTIFACT` of this run with
+        the gpuspark ``python_function`` flavour, registered as :attr:`Tracking.model_name`;
+        returns ``models:/NAME/VERSION``. MLflow 3 links the run's metrics of ``step`` (the
+        best epoch) to the logged model (the file store lists them once more in the run)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        mlflow = use_store(str(self.tracking.uri))
+        try:
+            requirements = [f"gpuspark=={version('gpuspark')}"]
+        except PackageNotFoundError:
+            requirements = ["gpuspark"]
+        with mlflow.start_run(run_id=self.run_id):
+            info = mlflow.pyfunc.log_model(
+                name=MODEL_ARTIFACT,
+                loader_module=FLAVOR_MODULE,
+                data_path=str(best),
+                pip_requirements=requirements,
+                registered_model_name=self.tracking.model_name,
+                step=step,
+            )
+        self.model_version = str(info.registered_model_version)
+        self.model_uri = f"models:/{self.tracking.model_name}/{self.model_version}"
+        return self.model_uri
+
+    def end(self, status: str = "FINISHED") -> None:
+        """Close the run with ``status`` (``FINISHED``, ``FAILED``, ``KILLED``)."""
+        self._client().set_terminated(self.run_id, status=status)
+
+    def summary(self) -> dict[str, Any]:
+        """Where the run is: tracking URI, experiment, run id, model URI and version."""
+        return {
+            "uri": self.tracking.uri,
+            "experiment": self.tracking.experiment,
+            "run_id": self.run_id,
+            "run_uri": f"runs:/{self.run_id}/{MODEL_ARTIFACT}",
+            "model_uri": self.model_uri,
+            "model_name": self.tracking.model_name,
+            "model_version": self.model_version,
+        }
+
+
+def start(tracking: Tracking, params: Mapping[str, Any] | None = None) -> TrackedRun:
+    """Open a run of ``tracking`` (call it on rank 0 only) and log ``params`` with the
+    driver's :attr:`Tracking.params`."""
+    uri = tracking_uri(tracking.uri)
+    tracking = replace(tracking, uri=uri)
+    mlflow = use_store(uri)
+    experiment = mlflow.set_experiment(tracking.experiment)
+    run = mlflow.MlflowClient().create_run(
+        experiment.experiment_id,
+        run_name=tracking.run_name,
+        tags={"gpuspark.model_name": str(tracking.model_name or "")},
+    )
+    tracked = TrackedRun(tracking, run.info.run_id)
+    tracked.log_params({**tracking.params, **(params or {})})
+    return tracked
+
+
+@contextmanager
+def fit_run(
+    tracking: Tracking | TrackedRun | str | None,
+    *,
+    rank: int,
+    config: Any,
+    params: Mapping[str, Any],
+) -> Iterator[TrackedRun | None]:
+    """The run :func:`gpuspark.train.fit` logs its epochs to: ``None`` on ranks other than 0
+    or without ``tracking``; an open :class:`TrackedRun` as it is (its owner closes it);
+    else (a :class:`Tracking` or a tracking URI) a new run, its parameters the loop's options
+    (``config``, a ``FitConfig``: :data:`FIT_PARAMS`) and ``params``: when the block ends the
+    newest checkpoint of ``config.checkpoint_dir`` is logged under ``checkpoint/`` and the run
+    closed ``FINISHED`` (``FAILED`` when the block raises)."""
+    if tracking is None or rank != 0 or isinstance(tracking, TrackedRun):
+        yield tracking if rank == 0 and isinstance(tracking, TrackedRun) else None
+        return
+    options = {name: getattr(config, name) for name in FIT_PARAMS}
+    given = tracking if isinstance(tracking, Tracking) else Tracking(uri=tracking)
+    run = start(given, {**options, **params})
+    checkpoint_dir = config.checkpoint_dir
+    try:
+        yield run
+    except BaseException:
+        run.end("FAILED")
+        raise
+    newest = latest(checkpoint_dir) if checkpoint_dir and Path(checkpoint_dir).is_dir() else None
+    if newest is not None:
+        run.log_artifact(newest, "checkpoint")
+    run.end()
+
+
+def log_epoch_safely(run: TrackedRun | None, metrics: Mapping[str, Any]) -> None:
+    """``run.log_epoch(metrics)``; a failure is logged, never stops training (as for the
+    other exporters of :mod:`gpuspark.train.metrics`)."""
+    if run is None:
+        return
+    try:
+        run.log_epoch(metrics)
+    except Exception as exc:  # tracking must never kill training
+        log.warning("MLflow run %s: epoch metrics not logged: %s", run.run_id, exc)
+
+
+def finish_recipe_run(
+    run: TrackedRun,
+    report: Mapping[str, Any],
+    *,
+    best: str | os.PathLike[str] | None,
+    checkpoint: str | os.PathLike[str] | None,
+) -> dict[str, Any]:
+    """The end of a recipe run on rank 0: the test and best scores as metrics (``test_<k>``,
+    ``best_<k>``: ``best_val_auc``, ...), ``report`` as ``report.json``, the newest training
+    ``checkpoint`` under ``checkpoint/``, ``best`` as the registered model; the run closed
+    (``FAILED`` when any of it fails). Returns :meth:`TrackedRun.summary`."""
+    try:
+        _log_outcome(run, report, best, checkpoint)
+    except BaseException:
+        run.end("FAILED")
+        raise
+    run.end()
+    return run.summary()
+
+
+def _log_outcome(
+    run: TrackedRun,
+    report: Mapping[str, Any],
+    best: str | os.PathLike[str] | None,
+    checkpoint: str | os.PathLike[str] | None,
+) -> None:
+    scores = {f"test_{k}": v for k, v in (report.get("test") or {}).items() if k != "epoch"}
+    scores.update({f"best_{k}": v for k, v in (report.get("best") or {}).items()})
+    run.log_metrics({k: v for k, v in scores.items() if _number(v)})
+    run.log_report(report)
+    if checkpoint is not None:
+        run.log_artifact(checkpoint, "checkpoint")
+    if best is not None and Path(best).is_file():
+        run.log_model(best, step=int((report.get("best") or {}).get("epoch") or 0))
+    else:
+        log.warning(
+            "MLflow run %s: no best.pt (no --checkpoint-dir or no validation split): "
+            "no model registered",
+            run.run_id,
+        )
