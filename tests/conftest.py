@@ -99,3 +99,38 @@ def spark_factory(local_cluster: Any) -> Iterator[SparkFactory]:
 def spark(spark_factory: SparkFactory) -> Any:
     """The default session: 2 executors x 2 GPUs, 0.25 GPU per task, 16 task slots."""
     return spark_factory.get()
+
+
+# --------------------------------------------------------------------------- the time budget
+
+_BUDGET_ENV = "GPUSPARK_TEST_BUDGET_S"
+_started: list[float] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note when the run began (for :func:`pytest_sessionfinish`)."""
+    import time
+
+    _started.append(time.monotonic())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a green run that took longer than ``GPUSPARK_TEST_BUDGET_S`` seconds (``make
+    test`` sets it), so that no change can quietly double the default run's time."""
+    import time
+
+    budget = os.environ.get(_BUDGET_ENV)
+    if not budget or not _started or exitstatus != 0:
+        return
+    took = time.monotonic() - _started[0]
+    if took > float(budget):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        line = (
+            f"the test run took {took:.0f} s, over its budget of {float(budget):g} s "
+            f"({_BUDGET_ENV}): move slow end-to-end tests to `slow`, or share a cluster"
+        )
+        if reporter is not None:
+            reporter.write_line(line, red=True, bold=True)
+        else:
+            print(line, file=sys.stderr)

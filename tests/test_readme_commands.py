@@ -57,6 +57,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
+QUICKSTART = "Quickstart on this machine"
 SHELLS = {"bash", "console", "sh", "shell"}
 RUN_LANGS = SHELLS | {"python"}
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->\s*$")
@@ -465,10 +466,21 @@ def check_quickstart(out: str, work: Path, home: Path) -> None:
     assert all(WASTED not in p.read_text() for p in logs)
 
 
+def check_connect_quickstart(out: str, work: Path, home: Path) -> None:
+    """The quickstart through Spark Connect: 2 ranks three times, every job through the
+    cluster's Connect server, the data job's shards, no cluster left running."""
+    from gpuspark.cluster.local import LocalCluster
+
+    assert out.count("rank 0 of 2: sum 3") == 3 and out.count("rank 1 of 2: sum 3") == 3, out
+    assert "this job goes through it (sc://" in out, out
+    assert (work / "data" / "sc-shards" / "manifest.json").exists()
+    assert LocalCluster.running(home / ".gpuspark" / "cluster") is None
+
+
 CHECKS: dict[int, Callable[[str, Path, Path], None]] = {
-    b.line: check_quickstart
+    b.line: check_connect_quickstart if "slow" in b.markers else check_quickstart
     for b in BLOCKS
-    if b.section == "Quickstart on this machine" and b.runs and "gpuspark cluster up" in b.text
+    if b.section == QUICKSTART and b.runs and "gpuspark cluster up" in b.text
 }
 
 
@@ -491,12 +503,13 @@ def test_readme_section_runs_as_written(unit: Unit, tmp_path: Path) -> None:
     for path in (work, home, scripts):
         path.mkdir()
     env = user_env(home)
-    timings = []
+    timings: list[dict[str, Any]] = []
+    load, began = os.getloadavg()[0], time.monotonic()
     try:
         for block in unit.blocks:
             start = time.monotonic()
             rc, out = run_block(block_argv(block, scripts), work, env)
-            timings.append(f"line {block.line}: {time.monotonic() - start:.1f} s")
+            timings.append({"line": block.line, "seconds": round(time.monotonic() - start, 1)})
             print(f"{block.page} line {block.line} ({block.lang}): rc {rc}\n{out}")
             assert rc == 0, f"{block.page} line {block.line} failed (exit {rc}):\n{out[-6000:]}"
             if block.page == "README.md" and block.line in CHECKS:
@@ -512,4 +525,9 @@ def test_readme_section_runs_as_written(unit: Unit, tmp_path: Path) -> None:
                 timeout=120,
             )
             print(down.stdout + down.stderr)
-        print(f"{unit.section}: " + ", ".join(timings))
+        shown = (f"line {t['line']}: {t['seconds']} s" for t in timings)
+        print(f"{unit.section}: " + ", ".join(shown))
+    if unit.section == QUICKSTART and not unit.slow:  # README.md's (docs units: "page: …")
+        from _quickstart_times import record_quickstart  # tests/_quickstart_times.py
+
+        record_quickstart(time.monotonic() - began, timings, load)

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,40 @@ def _driver(code: str, cluster: Any, timeout: float) -> subprocess.CompletedProc
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def _driver_until(code: str, cluster: Any, text: str, timeout: float) -> str:
+    """Run ``code`` as :func:`_driver` does, reading its console until ``text`` appears (or
+    ``timeout``), then close its stdin (the code's cue to stop); its whole console."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env.pop("GPUSPARK_SPEC", None)
+    env.pop("GPUSPARK_SPARK_CONSOLE_LEVEL", None)
+    argv = [sys.executable, "-c", code, str(cluster.state_dir)]
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    lines: list[str] = []
+    timer = threading.Timer(timeout, proc.stdin.close)  # gives up: the code stops
+    timer.start()
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if text in line:
+                break
+        proc.stdin.close()
+        lines.append(proc.stderr.read())
+        proc.wait(60)
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    return "".join(lines)
+
+
 @pytest.mark.spark
 def test_session_refuses_in_seconds_instead_of_waiting(local_cluster: Any) -> None:
     """A new driver (its own process: no active session) asking for more memory per executor
@@ -140,13 +175,13 @@ def test_a_job_waiting_on_a_busy_cluster_says_so(spark: Any, local_cluster: Any)
         "    'spark.scheduler.maxRegisteredResourcesWaitingTime': '1s',\n"
         "    'spark.starvation.timeout': '2s'})\n"
         "threading.Thread(target=lambda: s.range(4).count(), daemon=True).start()\n"
-        "time.sleep(12)\n"
+        "sys.stdin.readline()  # the test has seen the warning (or gave up)\n"
         "s.sparkContext.cancelAllJobs()\n"
         "s.stop()\n"
     )
-    out = _driver(code, local_cluster, timeout=180)
-    assert "Initial job has not accepted any resources" in out.stderr, out.stderr[-3000:]
-    assert " WARN " not in out.stderr.replace("WARN TaskSchedulerImpl", ""), out.stderr[-3000:]
+    stderr = _driver_until(code, local_cluster, "Initial job has not accepted any resources", 180)
+    assert "Initial job has not accepted any resources" in stderr, stderr[-3000:]
+    assert " WARN " not in stderr.replace("WARN TaskSchedulerImpl", ""), stderr[-3000:]
 
 
 @pytest.mark.spark

@@ -19,11 +19,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -31,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from _quickstart_times import record_quickstart  # tests/_quickstart_times.py
 from gpuspark._util import spark_compat
 from gpuspark.spec import default_spec_text
 
@@ -82,7 +81,7 @@ def test_readme_quickstart(tmp_path: Path) -> None:
                 README.CHECKS[block.line](out, work, home)
     finally:
         _gpuspark("cluster down", work, env, check=False)
-    _record_quickstart(time.monotonic() - start, blocks, load)
+    record_quickstart(time.monotonic() - start, blocks, load)
 
 
 def _team_spec(path: Path) -> Path:
@@ -173,75 +172,3 @@ def _json(stdout: str) -> dict[str, Any]:
     lines = stdout.splitlines()
     start = max(i for i, line in enumerate(lines) if line == "{")
     return json.loads("\n".join(lines[start:]))
-
-
-# -- the quickstart's time per pyspark version ---------------------------------------------------
-
-
-def _record_quickstart(seconds: float, blocks: list[dict[str, Any]], load: float) -> None:
-    """Merge this run's quickstart time into ``$GPUSPARK_COMPAT_RESULTS`` (when set), under
-    the installed pyspark version, with the machine's load before and after (``load``: the
-    1-minute load average at the start); the 3.5-to-4.x ratio when one run measured both."""
-    target = os.environ.get("GPUSPARK_COMPAT_RESULTS")
-    if not target:
-        return
-    path = Path(target)
-    data = json.loads(path.read_text()) if path.exists() else {}
-    runs = data.get("quickstart", {})
-    version = str(spark_compat.installed_version())
-    runs[version] = {
-        "seconds": round(seconds, 1),
-        "blocks": blocks,
-        "run": os.environ.get("GPUSPARK_COMPAT_RUN"),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "load_avg_1m": {"start": round(load, 2), "end": round(os.getloadavg()[0], 2)},
-    }
-    data = {
-        "what": "wall time of README.md's quickstart, run as written, per pyspark version",
-        "command": "make test-compat",
-        "quickstart": dict(sorted(runs.items())),
-        "ratio_3_5_to_4": _ratio(runs),
-        "machine": _machine(),
-    }
-    _write_atomically(path, json.dumps(data, indent=2) + "\n")
-
-
-def _ratio(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The newest 3.5 time over the newest 4.x time, when one ``make test-compat`` measured
-    both (the same ``run``)."""
-    three = [(v, r) for v, r in runs.items() if v.startswith("3.5.")]
-    four = [(v, r) for v, r in runs.items() if v.startswith("4.")]
-    pairs = [(a, b) for a in three for b in four if a[1]["run"] and a[1]["run"] == b[1]["run"]]
-    if not pairs:
-        return None
-    (old, a), (new, b) = pairs[-1]
-    return {"pyspark": [old, new], "ratio": round(a["seconds"] / b["seconds"], 2)}
-
-
-def _machine() -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "java": _java_version(),
-    }
-
-
-def _java_version() -> str | None:
-    try:
-        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stderr or out.stdout).strip().splitlines()[0] if out.returncode == 0 else None
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
