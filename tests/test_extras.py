@@ -57,6 +57,22 @@ def _walk(node: ast.AST, in_function: bool = False):
         yield from _walk(child, inner)
 
 
+def _recipe_extras(node: ast.expr) -> bool:
+    """``*recipe.extras``: a recipe's own pairs (:class:`Recipe.extras`)."""
+    return isinstance(node, ast.Starred) and ast.unparse(node.value) == "recipe.extras"
+
+
+def test_recipe_extras_are_known() -> None:
+    """Every registered recipe's ``extras`` pairs name a module of their extra."""
+    from gpuspark.train.recipes.registry import get_recipe, recipe_names
+
+    recipes = [get_recipe(n) for n in recipe_names()]
+    pairs = {(r.name, m, e) for r in recipes for m, e in r.extras}
+    assert ("resnet3d", "monai", "dicom") in pairs
+    for name, module, extra in pairs:
+        assert module.partition(".")[0] in EXTRAS.get(extra, ()), (name, module, extra)
+
+
 def _literals(nodes: list[ast.expr]) -> list[str | None]:
     return [n.value if isinstance(n, ast.Constant) else None for n in nodes]
 
@@ -98,6 +114,7 @@ def scan(source: str) -> tuple[list[str], list[tuple[str, str]]]:
             pairs = [
                 tuple(_literals(e.elts)) if isinstance(e, ast.Tuple) else (None,)
                 for e in node.args[1:]
+                if not _recipe_extras(e)  # checked by test_recipe_extras_are_known
             ]
         elif kind in ("import_module", "__import__", "find_spec"):
             first = _literals(node.args)[:1]

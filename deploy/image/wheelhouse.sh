@@ -32,13 +32,20 @@ case "$mode" in full | minimal) ;; *)
 esac
 [ -x "$py" ] || py=$(command -v python3)
 
-# The runtime requirements as pyproject.toml declares them, one a line (tomllib: Python 3.11).
+# The runtime requirements as pyproject.toml declares them, one a line (tomllib: Python 3.11):
+# the core and the extras the executors' tasks import (DICOM, images, text, plots, the
+# Kubernetes client), since gpuspark itself goes in without its dependencies.
 deps=$("$py" - "$root/pyproject.toml" <<'PY'
 import sys
 import tomllib
 
 with open(sys.argv[1], "rb") as fh:
-    print("\n".join(tomllib.load(fh)["project"]["dependencies"]))
+    project = tomllib.load(fh)["project"]
+extras = project["optional-dependencies"]
+reqs = list(project["dependencies"])
+for name in ("dicom", "images", "text", "plot", "kubernetes"):
+    reqs += extras[name]
+print("\n".join(reqs))
 PY
 )
 build_reqs='setuptools>=68

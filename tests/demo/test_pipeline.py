@@ -89,6 +89,7 @@ def test_demo_pipeline_quick(spark: Any, tmp_path: Path, capsys: pytest.CaptureF
     _print_report(report, tmp_path)
     printed = capsys.readouterr().out
     assert "bytes/step, powersgd" in printed and "test (held out)" in printed
+    assert "held out via predict dicom" in printed and "agrees with training" in printed
 
 
 @pytest.mark.slow

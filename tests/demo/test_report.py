@@ -98,6 +98,7 @@ def test_powersgd_that_never_started_is_said_so(
             if line.count("│") == 3}  # fmt: skip
     assert rows["bytes/step, powersgd (after start)"].startswith("powersgd did not start")
     assert rows["bytes saved over the run"].startswith("none (powersgd did not start")
+
     # A run past the start step reports the figures as before.
     started = build_report(cfg, cohort, prep, _summary(12, 2), {"total_s": 9.0})["bytes"]
     assert started["started"] is True and started["not_started_reason"] is None
@@ -118,3 +119,15 @@ def test_closed_loop_puts_predict_dicom_next_to_the_test_split() -> None:
     one_class = closed_loop({"auc": None, "acc": 1.0}, {**scored, "auc": None, "acc": 1.0})
     assert one_class["agree"] is True  # a one-class split has no AUC on either side
     assert closed_loop(test, None) == {"predict": None, "agree": None}
+
+
+def test_the_closed_loop_is_printed_with_its_verdict(capsys: Any) -> None:
+    from gpuspark.cli.cmd_demo import _closed_loop_rows
+    from gpuspark.demo.report import closed_loop
+
+    assert _closed_loop_rows(closed_loop({"auc": 0.9, "acc": 0.8}, None)) == []
+    same = _closed_loop_rows(closed_loop({"auc": 0.9, "acc": 0.8}, {"auc": 0.9, "acc": 0.8}))
+    assert same[0][0] == "held out via predict dicom: acc / AUC"
+    assert "agrees with training" in same[0][1]
+    other = _closed_loop_rows(closed_loop({"auc": 0.9, "acc": 0.8}, {"auc": 0.7, "acc": 0.8}))
+    assert "DIFFERS from training" in other[0][1]

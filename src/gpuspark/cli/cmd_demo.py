@@ -41,6 +41,16 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _closed_loop_rows(loop: dict[str, Any]) -> list[tuple[str, str]]:
+    """The held-out studies scored by ``predict dicom``, and whether they agree with the
+    in-training test scores (none when the demo did not score them)."""
+    if loop.get("predict") is None:
+        return []
+    scores = f"{_num(loop.get('predict_dicom_acc'))} / {_num(loop.get('predict_dicom_auc'))}"
+    agree = "agrees with training" if loop.get("agree") else "DIFFERS from training"
+    return [("held out via predict dicom: acc / AUC", f"{scores} ({agree})")]
+
+
 def _compressed_rows(b: dict[str, Any]) -> list[tuple[str, str]]:
     """Bytes sent with compression; says so when PowerSGD never started (a short run)."""
     reason = b.get("not_started_reason")
@@ -72,6 +82,7 @@ def _print_report(r: dict[str, Any], out: Path) -> None:
         *_compressed_rows(b),
         ("best val epoch: acc / AUC", best),
         ("test (held out): acc / AUC", f"{_num(test.get('acc'))} / {_num(test.get('auc'))}"),
+        *_closed_loop_rows(r.get("closed_loop") or {}),
         ("wall time", f"{r['timings_s']['total_s']:.0f} s"),
     ]
     print_table("gpuspark demo", ["", "value"], rows)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
+from gpuspark._util.extras import check_extras
 from gpuspark.cluster.session import JobKind, job_session
 from gpuspark.cluster.submit import prepare_job
 from gpuspark.data.prep.common import cores, record_batches
@@ -115,6 +116,7 @@ def predict_dicom(
     """
     t0 = time.monotonic()
     _check_options(batch_size, partitions)
+    check_extras("predict dicom", ("pydicom", "dicom"), ("monai", "dicom"))
     loaded = load_volume_model(model)
     src = _studies(studies)
     root = check_destination(dst, overwrite, src)

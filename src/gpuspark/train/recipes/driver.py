@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from gpuspark import launch, storage
+from gpuspark._util.extras import check_extras
 from gpuspark.cluster.session import JobKind
 from gpuspark.cluster.submit import prepare_job
 from gpuspark.data import format as fmt
@@ -49,6 +50,7 @@ def preflight(name: str, cfg: RecipeConfig, *, num_processes: int | None = None)
     """
 
     recipe = get_recipe(name)
+    check_extras(f"the {name} recipe", *recipe.extras)
     manifest = fmt.load_manifest(cfg.dataset.data)
     check_dataset(recipe, manifest, fmt.dataset_root(cfg.dataset.data))
     _check_splits(cfg, manifest.splits)

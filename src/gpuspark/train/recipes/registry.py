@@ -98,6 +98,9 @@ class Recipe:
     (``cfg.model.of(name)``, or ``cfg.depth`` flat) and, with ``cli`` help, ``gpuspark
     train`` flags. A name must not repeat one of another recipe or of the shared groups
     (options several recipes read belong in :class:`~.config.ModelConfig`)."""
+    extras: tuple[tuple[str, str], ...] = ()
+    """``(module, extra)`` pairs the recipe's model or decoder imports, checked on the driver
+    before any rank starts (:func:`gpuspark._util.extras.check_extras`)."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.keys or not self.best_by:

@@ -76,5 +76,6 @@ RESNET2D = register_recipe(
         shape_options=("width",),
         sample_shape=(3, 224, 224),
         input_kind="jpeg",
+        extras=(("monai", "images"), ("PIL", "images")),
     )
 )

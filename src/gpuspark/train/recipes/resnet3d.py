@@ -119,5 +119,6 @@ RESNET3D = register_recipe(
         sample_shape=(1, 64, 64, 64),
         input_kind="volume",
         options=ResNet3dOptions,
+        extras=(("monai", "dicom"),),
     )
 )
