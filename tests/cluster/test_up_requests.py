@@ -136,6 +136,10 @@ def test_up_with_another_shape_than_the_running_one_says_so(
     assert hosts.returncode == 1 and "hosts none -> 3" in hosts.stderr
     assert "`gpuspark cluster down && gpuspark cluster up --hosts 3`" in hosts.stderr
 
+    netns = cli("cluster", "up", "--hosts", "2", "--netns", cwd=tmp_path, state=state, timeout=60)
+    assert netns.returncode == 1 and "network namespaces off -> on" in netns.stderr, netns.stderr
+    assert "gpuspark cluster up --hosts 2 --netns`" in netns.stderr
+
     same = ["--workers", "2", "--cores", "8", "--memory", "4096m", "--gpus", "2", "--json"]
     again = cli("cluster", "up", *same, cwd=tmp_path, state=state, timeout=60)
     assert again.returncode == 0, again.stderr

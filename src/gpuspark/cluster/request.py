@@ -90,7 +90,17 @@ def request_differences(
         diffs.append(f"hosts {state.hosts or 'none'} -> {asked.hosts}")
     if asked.secure and not state.secure:
         diffs.append("security off -> on")
-    return diffs
+    return diffs + _netns_differences(asked, state.netns)
+
+
+def _netns_differences(asked: LocalCluster, net: Any) -> list[str]:
+    """``--netns`` hosts (and their link rate) asked for against the running cluster's."""
+    if asked.netns != (net is not None):
+        return [f"network namespaces {'on' if net else 'off'} -> {'on' if asked.netns else 'off'}"]
+    rate = asked.link_rate or ""
+    if net is not None and rate != (net.link_rate or ""):
+        return [f"link rate {net.link_rate or 'none'} -> {rate or 'none'}"]
+    return []
 
 
 def up_command(
@@ -107,6 +117,10 @@ def up_command(
         words += ["--hosts", str(asked.hosts)]
     if asked.secure:
         words.append("--secure")
+    if asked.netns:
+        words.append("--netns")
+    if asked.link_rate:
+        words += ["--link-rate", asked.link_rate]
     if state_dir is not None:
         words += ["--state-dir", state_dir]
     return shlex.join(words)
