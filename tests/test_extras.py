@@ -192,6 +192,8 @@ def test_a_missing_library_is_one_line_naming_the_extra(monkeypatch) -> None:
     assert str(info.value) == MISSING_DICOM
     assert info.value.remedy == "pip install 'gpuspark[dicom]'"
     monkeypatch.setitem(sys.modules, "lightkube", None)  # simulated: lightkube not installed
+    for name in [m for m in sys.modules if m.startswith("lightkube.")]:  # loaded by other tests
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(GpusparkError, match=r"\[kubernetes\] extra: lightkube is not"):
         require("lightkube.core.exceptions", "kubernetes", "x")
 

@@ -143,6 +143,7 @@ def _check_status(state: str, capsys: pytest.CaptureFixture[str]) -> list[dict[s
     return list(workers)
 
 
+@pytest.mark.slow  # a netns cluster of its own (~35 s idle); make test-all
 def test_launch_on_two_namespace_hosts(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     from gpuspark import launch
 

@@ -151,6 +151,7 @@ def _same_dataset(a: Path, b: Path) -> None:
     assert ma.extra.get("label_map") == mb.extra.get("label_map")
 
 
+@pytest.mark.slow  # a classic and a Connect prep side by side (~45 s); make test-all
 def test_prep_images_through_sc_commits_the_classic_dataset(
     connect_cluster: dict[str, Any], spark: Any, tmp_path: Path
 ) -> None:

@@ -119,6 +119,7 @@ def _close(got: dict[str, Any], want: dict[str, Any]) -> float:
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # the README flow through 4 CLI commands (~2 min); make test-all
 def test_predict_models_uri_matches_the_model_in_one_process(
     flow: dict[str, Any], reference: dict[str, Any]
 ) -> None:
@@ -145,6 +146,7 @@ def _per_step(client: Any, run_id: str, name: str) -> dict[int, float]:
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # the README flow through 4 CLI commands (~2 min); make test-all
 def test_run_holds_params_epoch_metrics_and_artifacts(
     flow: dict[str, Any], client: Any, run: Any
 ) -> None:
@@ -179,6 +181,7 @@ def test_run_holds_params_epoch_metrics_and_artifacts(
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # the README flow through 4 CLI commands (~2 min); make test-all
 def test_registered_model_is_the_runs_best_pt(flow: dict[str, Any], client: Any, run: Any) -> None:
     from gpuspark.infer.mlflow_model import read_model
 
@@ -191,6 +194,7 @@ def test_registered_model_is_the_runs_best_pt(flow: dict[str, Any], client: Any,
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # the README flow through 4 CLI commands (~2 min); make test-all
 def test_pyfunc_flavour_scores_a_pandas_frame_through_gpuspark_infer(
     flow: dict[str, Any], reference: dict[str, Any]
 ) -> None:
