@@ -78,8 +78,9 @@ $(STAMP): pyproject.toml constraints.txt | java monitoring-tools
 	@touch $(STAMP)
 
 # The default run fails when it takes longer than TEST_BUDGET_S (tests/conftest.py), so no
-# change quietly doubles it; `make test TEST_BUDGET_S=` turns the check off.
-TEST_BUDGET_S ?= 900
+# change quietly doubles it; `make test TEST_BUDGET_S=` turns the check off. 18 minutes: the
+# idle run took 14 min 49 s on 2 cores (the goal is 12), plus room for a noisy machine.
+TEST_BUDGET_S ?= 1080
 test: setup
 	@GPUSPARK_TEST_BUDGET_S=$(TEST_BUDGET_S) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
