@@ -248,31 +248,43 @@ def _tabular_data(cluster: Any, work: Path, rows: int, conf: dict[str, str]) -> 
     return {"src": str(src), "best": str(best), "bytes": nbytes}
 
 
-def _tabular_gpuspark(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> dict:
+def _gpuspark_case(
+    cluster: Any, data: dict, conf: dict, case: tuple[str, Path, int, int], **options: Any
+) -> tuple[dict, Any]:
+    """``gpuspark.infer.predict`` of ``data``, ``runs`` times on one session (each must score
+    ``rows`` rows; ``case``: app name, output folder, rows, runs), with the workers' memory,
+    the task slots and the model loads; the session, still running, for more measurements."""
     from gpuspark.infer import predict
 
-    spark = _session(cluster, "gpuspark-tabular", conf)
-    out = work / "tab-gpuspark"
+    name, out, rows, runs = case
+    spark = _session(cluster, name, conf)
 
     def run(i: int) -> dict[str, Any]:
-        res = predict(
-            data["src"], data["best"], out, id="row_id", batch_size=TAB_BATCH,
-            overwrite=True, spark=spark,
-        )  # fmt: skip
-        assert res.rows == args.rows, res.rows
+        res = predict(data["src"], data["best"], out, overwrite=True, spark=spark, **options)
+        assert res.rows == rows, res.rows
         info = {"seconds": res.seconds, "predict_s": res.predict_s, "timings": res.timings}
         return {**info, "loads": res.model_loads, "workers": res.workers, "tasks": res.tasks}
 
     try:
-        summary = _spark_runs("gpuspark", run, args.runs)
+        summary = _spark_runs("gpuspark", run, runs)
         summary["memory"] = _rss_summary(_python_workers())
         summary["slots"] = _slots(spark)
-        summary["spark_floor_s"] = _tabular_floor(spark, data)
-    finally:
+    except BaseException:
         spark.stop()
+        raise
     loads = [r["loads"] for r in summary["runs"]]
     summary["model_loads"] = {"per_run": loads, "first_run_workers": summary["runs"][0]["workers"]}
     summary["loads_per_worker"] = _gpuspark_loads(summary)
+    return summary, spark
+
+
+def _tabular_gpuspark(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> dict:
+    case = ("gpuspark-tabular", work / "tab-gpuspark", args.rows, args.runs)
+    summary, spark = _gpuspark_case(cluster, data, conf, case, id="row_id", batch_size=TAB_BATCH)
+    try:
+        summary["spark_floor_s"] = _tabular_floor(spark, data)
+    finally:
+        spark.stop()
     return summary
 
 
@@ -488,29 +500,10 @@ def _volume_data(cluster: Any, work: Path, studies: int, conf: dict[str, str]) -
 
 
 def _volume_gpuspark(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> dict:
-    from gpuspark.infer import predict
-
-    spark = _session(cluster, "gpuspark-resnet3d", conf)
-    out = work / "vol-gpuspark"
-
-    def run(i: int) -> dict[str, Any]:
-        res = predict(
-            data["src"], data["best"], out, kind="dicom", batch_size=VOL_BATCH,
-            overwrite=True, spark=spark,
-        )  # fmt: skip
-        assert res.rows == args.studies, res.rows
-        info = {"seconds": res.seconds, "predict_s": res.predict_s, "timings": res.timings}
-        return {**info, "loads": res.model_loads, "workers": res.workers, "tasks": res.tasks}
-
-    try:
-        summary = _spark_runs("gpuspark", run, args.runs)
-        summary["memory"] = _rss_summary(_python_workers())
-        summary["slots"] = _slots(spark)
-    finally:
-        spark.stop()
-    loads = [r["loads"] for r in summary["runs"]]
-    summary["model_loads"] = {"per_run": loads, "first_run_workers": summary["runs"][0]["workers"]}
-    summary["loads_per_worker"] = _gpuspark_loads(summary)
+    case = ("gpuspark-resnet3d", work / "vol-gpuspark", args.studies, args.runs)
+    options = {"kind": "dicom", "batch_size": VOL_BATCH}
+    summary, spark = _gpuspark_case(cluster, data, conf, case, **options)
+    spark.stop()
     return summary
 
 
