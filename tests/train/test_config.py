@@ -45,6 +45,7 @@ RUN_FLAGS = {
     "no_local",
     "max_restarts",
     "max_attempts",
+    "collective_timeout",
     "metrics_port",
     "metrics_host",
     "team",
@@ -251,5 +252,7 @@ def test_nproc_per_node_reaches_the_launcher(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(driver, "preflight", lambda name, cfg, **kw: recipes.get_recipe(name))
     monkeypatch.setattr(driver, "clear_earlier_run", lambda cfg: None)
     with pytest.raises(_Stopped):
-        main(["train", "tabular", "--data", "ds", "-n", "4", "--nproc-per-node", "2", "--local"])
+        main(["train", "tabular", "--data", "ds", "-n", "4", "--nproc-per-node", "2", "--local",
+              "--collective-timeout", "45"])  # fmt: skip
     assert seen["num_processes"] == 4 and seen["processes_per_task"] == 2
+    assert seen["collective_timeout"] == 45.0  # a launch option: the ranks' collective timeout

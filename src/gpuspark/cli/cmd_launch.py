@@ -105,6 +105,18 @@ def launch(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Seconds in all.", min=1)
     ] = None,
+    collective_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--collective-timeout",
+            metavar="SECONDS",
+            help="Seconds a rank waits in one collective for its peers before it fails: the "
+            "default timeout of init_process_group in every rank (a host cut off ends the "
+            "launch within about this long) [default: the spec's [training] "
+            "collective_timeout_s, 600].",
+            min=1,
+        ),
+    ] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo.")] = "auto",
     local: Annotated[bool, typer.Option("--local", help="Run on this machine, no Spark.")] = False,
     dry_run: Annotated[
@@ -158,6 +170,7 @@ def launch(
         max_restarts=max_restarts,
         max_attempts=max_attempts,
         timeout=timeout,
+        collective_timeout=collective_timeout,
         master=master,
         team=team,
         metrics_port=metrics_port,
@@ -223,6 +236,7 @@ def _plan(req: LaunchRequest) -> dict[str, Any]:
         "max_restarts": req.max_restarts,
         "max_attempts": req.max_attempts,
         "timeout": req.timeout,
+        "collective_timeout": req.collective_timeout,
         "barrier_stage": stage,
         "team": req.team,
         "metrics": {"port": req.metrics_port, "host": req.metrics_host},

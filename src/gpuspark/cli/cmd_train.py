@@ -75,6 +75,17 @@ def _run_options(
             "from the newest checkpoint).",
         ),
     ] = 1,
+    collective_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--collective-timeout",
+            metavar="SECONDS",
+            help="Seconds a rank waits in one collective for its peers before it fails (a "
+            "host cut off ends the run within about this long) [default: the spec's "
+            "[training] collective_timeout_s, 600].",
+            min=1,
+        ),
+    ] = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(help="Base port of the ranks' /metrics (+ local rank; 0: off; default 9700)."),

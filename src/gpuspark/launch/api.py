@@ -22,7 +22,7 @@ from gpuspark.launch.preflight import preflight
 from gpuspark.launch.request import OPTIONS, LaunchRequest, build_request
 from gpuspark.launch.results import rank0_value, result_error, timeout_error
 from gpuspark.launch.run_targets import RunTargets
-from gpuspark.launch.spark import run_barrier
+from gpuspark.launch.spark import exclude_host, run_barrier
 from gpuspark.schedulers import is_connect_session
 from gpuspark.spec.network import hosts_network_env
 
@@ -83,12 +83,15 @@ def prepare(req: LaunchRequest, spec: Any = None) -> JobContext:
 
 
 def _adopt(req: LaunchRequest, job: JobContext) -> JobContext:
-    """``req`` takes the job's team and the spec's metrics defaults."""
+    """``req`` takes the job's team, the spec's metrics defaults and its collective timeout
+    (``[training] collective_timeout_s``) unless ``req`` sets its own."""
     req.team = job.team
     if req.metrics_port is None:
         req.metrics_port = int(job.spec.monitoring.metrics_port)
     req.metrics_host = req.metrics_host or str(job.spec.monitoring.metrics_host)
     req.host_env = req.host_env or hosts_network_env(job.spec)
+    if req.collective_timeout is None:
+        req.collective_timeout = float(job.spec.training.collective_timeout_s)
     return job
 
 
@@ -170,8 +173,18 @@ def _stage(sc: Any) -> Callable[..., list[dict[str, Any]]]:
 
 
 def _refit_after(lost: HostLostError, req: LaunchRequest, sc: Any) -> None:
-    """Before retrying after a lost host: the stage must fit what is left, or one line says
+    """Before retrying after a lost host: Spark stops using that host's executors (classic
+    sessions: :func:`~gpuspark.launch.spark.exclude_host`; over Connect the server's Spark
+    drops them when its timeouts do), and the stage must fit what is left, or one line says
     which host was lost and what the rest cannot hold."""
+    if sc is not None and not is_connect_session(sc):
+        try:
+            excluded = exclude_host(sc, lost.host)
+        except Exception as exc:  # the retry still runs; Spark's timeouts drop the host
+            _note(f"could not take host {lost.host}'s executors out of service: {exc}")
+            excluded = []
+        if excluded:
+            _note(f"executor(s) {', '.join(excluded)} on host {lost.host} taken out of service")
     try:
         _preflight(req, sc)
     except LaunchError as unfit:
@@ -218,7 +231,10 @@ def run(
 
     ``fn`` may be a script path (``str``); ``args`` are then its command-line arguments.
     ``max_restarts`` restarts failed ranks in place (read :func:`restart_count` to resume);
-    ``max_attempts`` reruns the whole stage. ``team`` (one of the spec's ``[[teams]]``),
+    ``max_attempts`` reruns the whole stage (after a lost host, on the hosts that remain).
+    ``collective_timeout=S`` (a launch option, like ``log_dir``) is the default timeout of
+    ``init_process_group`` in every rank (unset: the spec's ``[training]
+    collective_timeout_s``). ``team`` (one of the spec's ``[[teams]]``),
     ``metrics_port`` (base port, rank's port = base + local rank; 0: off) and
     ``metrics_host`` reach the ranks as ``GPUSPARK_TEAM`` / ``GPUSPARK_METRICS_PORT`` /
     ``GPUSPARK_METRICS_HOST`` for :func:`gpuspark.monitor.exporter.serve` (unset: the spec's

@@ -30,10 +30,11 @@ from typing import Any
 from gpuspark._util.spark_compat import missing
 from gpuspark.errors import LaunchError
 from gpuspark.launch._internal.logs import LogServer, RankOutput
+from gpuspark.launch._internal.watch import StageWatch
 from gpuspark.launch.preflight import ExecutorCapacity, check_conf
 from gpuspark.launch.request import LaunchRequest
-from gpuspark.launch.results import host_lost_error, spark_error, timeout_error
-from gpuspark.launch.spark import barrier_task, check_pythons
+from gpuspark.launch.results import spark_error, timeout_error
+from gpuspark.launch.spark import barrier_task, check_pythons, lost_error
 
 __all__ = ["arrow_task", "client_host", "connect_preflight", "run_connect"]
 
@@ -207,25 +208,27 @@ def run_connect(
     timers = _timers(req.timeout, server, lambda: _interrupt(spark, tag))
     body = functools.partial(arrow_task, req, run_id, attempt, (*server.address, token))
     spark.addTag(tag)
+    watch = StageWatch(server, lambda: _interrupt(spark, tag), req.collective_timeout)
     try:
         stage = spark.range(0, req.num_tasks, 1, req.num_tasks).mapInArrow(
             body, _schema(), barrier=True, profile=_profile(spark, req)
         )
-        rows = stage.collect()
+        with watch:
+            rows = stage.collect()
     except BaseException as exc:
-        lost = None if isinstance(exc, KeyboardInterrupt) else server.lost_host()
+        lost = lost_error(exc, server, watch, req)
         server.abort("driver stopped")
         _interrupt(spark, tag)
         if server.abort_reason == "timeout":
             raise timeout_error(req) from None
         if lost is not None:
-            raise host_lost_error(lost, req) from None
+            raise lost from None
         raise _stage_error(exc, server, req) from None
     finally:
         for timer in timers:
             timer.cancel()
         spark.removeTag(tag)
-        server.drain(5.0)
+        server.drain(5.0, skip=watch.lost_tasks)
         server.close()
     if server.abort_reason == "timeout":
         raise timeout_error(req)

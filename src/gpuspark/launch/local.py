@@ -55,6 +55,7 @@ def run_local(
         env=env,
         host="localhost",
         store_fd=store_fd,
+        collective_timeout=req.collective_timeout,
     )
     return [run_task(spec, sink, timeout=req.timeout)]
 

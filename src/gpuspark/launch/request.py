@@ -49,6 +49,10 @@ class LaunchRequest:
     """Attempts of the whole barrier stage (the last one's failure is raised)."""
     timeout: float | None = None
     """Seconds per attempt (all ranks are stopped when it runs out), or None."""
+    collective_timeout: float | None = None
+    """Seconds a rank waits in one collective before it fails: the default of
+    ``init_process_group(timeout=...)`` in every rank (a rank passing its own ``timeout``
+    keeps it); ``None``: the spec's ``[training] collective_timeout_s``."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment of every rank."""
     team: str | None = None
@@ -132,6 +136,7 @@ class LaunchRequest:
             f"backend: {self.backend}",
             f"elastic agent: rdzv={self.rdzv_backend} max_restarts={self.max_restarts} "
             f"attempts={self.max_attempts} timeout={self.timeout}",
+            f"collective timeout: {_seconds(self.collective_timeout)}",
         ]
         if self.local:
             lines.insert(0, "mode: local (this machine)")
@@ -169,6 +174,10 @@ class LaunchRequest:
         if self.num_tasks > 1 and self.rdzv_backend == "static":
             parts.append("--node-rank=<task>")
         return " ".join([*parts, self.entrypoint])
+
+
+def _seconds(value: float | None) -> str:
+    return "spec" if value is None else f"{value:g} s"
 
 
 def _whole(value: float) -> bool:
@@ -227,6 +236,27 @@ def _check_shape(req: LaunchRequest) -> None:
             remedy="add --log-dir DIR, or drop --tee",
         )
     _check_metrics_port(req.metrics_port)
+    _check_collective_timeout(req.collective_timeout)
+
+
+_MAX_COLLECTIVE_TIMEOUT_S = 10**9
+"""Beyond what ``datetime.timedelta`` holds comfortably (also keeps out inf and NaN)."""
+
+
+def _check_collective_timeout(seconds: object) -> None:
+    if seconds is None:
+        return
+    ok = (
+        isinstance(seconds, int | float)
+        and not isinstance(seconds, bool)
+        and 0 < seconds < _MAX_COLLECTIVE_TIMEOUT_S
+    )
+    if not ok:
+        raise LaunchError(
+            f"collective_timeout={seconds!r} is not a number of seconds > 0",
+            remedy="use e.g. 600 (10 minutes), or leave it out for the spec's "
+            "[training] collective_timeout_s",
+        )
 
 
 def _check_metrics_port(port: object) -> None:

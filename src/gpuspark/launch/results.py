@@ -15,7 +15,14 @@ from gpuspark.errors import HostLostError, LaunchError
 if TYPE_CHECKING:
     from gpuspark.launch.request import LaunchRequest
 
-__all__ = ["host_lost_error", "rank0_value", "result_error", "spark_error", "timeout_error"]
+__all__ = [
+    "host_lost_error",
+    "host_unreachable_error",
+    "rank0_value",
+    "result_error",
+    "spark_error",
+    "timeout_error",
+]
 
 _ERROR_LINES = 8
 
@@ -103,6 +110,37 @@ def host_lost_error(host: str, req: Any) -> HostLostError:
         "without a word (executor or machine gone); the other ranks were stopped",
         remedy="bring the host back, or allow a retry on the remaining capacity "
         "(--max-attempts 2, max_attempts=2)",
+    )
+
+
+_PEER_ERROR_CHARS = 160
+
+
+def host_unreachable_error(
+    host: str, silent_s: float, req: Any, reports: Sequence[dict[str, Any]] = ()
+) -> HostLostError:
+    """The error for an attempt in which the driver stopped hearing a task (its stream open,
+    not even a heartbeat): ``host`` was cut off. ``reports``: the failure reports of the
+    other tasks (a collective with it timed out or lost its connection), the earliest rank
+    failure in them quoted."""
+    peers = ""
+    failures = [f for r in reports for f in r.get("failures", [])]
+    if failures:
+        first = min(failures, key=lambda f: float((f.get("error") or {}).get("time", 0)))
+        err = first.get("error") or {}
+        said = f"{err.get('type')}: {err.get('message')}" if err else "stopped"
+        said = " ".join(said.split())[:_PEER_ERROR_CHARS]
+        peers = (
+            f"; rank {first.get('rank')} on host {first.get('host', '?')} reported "
+            f"the collective timeout or lost connection it caused: {said}"
+        )
+    return HostLostError(
+        host,
+        f"host {host} became unreachable during the launch of {req.entrypoint}: nothing was "
+        f"heard from its task for {silent_s:.0f} s (network link down, host down or "
+        f"partitioned){peers}; the other ranks were stopped",
+        remedy="check that host's network link and its Spark worker; --max-attempts 2 "
+        "(max_attempts=2) retries on the hosts that remain",
     )
 
 

@@ -6,7 +6,9 @@ sets ``CUDA_VISIBLE_DEVICES`` from ``TaskContext.resources()``, shares task 0's 
 port with ``BarrierTaskContext.allGather`` and starts its ranks through torch's elastic agent.
 Every task compares its Python with the driver's (after the gather, before any rank starts), so
 no separate job has to start the executors' Python workers first. Rank lines stream to the
-driver's log server; the first failure, or the timeout, stops every task.
+driver's log server; the first failure, or the timeout, stops every task. A task the driver
+stops hearing (its host cut off) cancels the stage at once (:mod:`._internal.watch`) instead of
+waiting for Spark to drop the lost worker, and the error names that host.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from gpuspark._util.procs import machine_key
 from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import LogServer, RankOutput, SocketSink
+from gpuspark.launch._internal.watch import StageWatch
 from gpuspark.launch.preflight import check_python, executor_capacity
 from gpuspark.launch.ranks import (
     cuda_available,
@@ -29,9 +32,14 @@ from gpuspark.launch.ranks import (
     start_method,
 )
 from gpuspark.launch.request import LaunchRequest
-from gpuspark.launch.results import host_lost_error, spark_error, timeout_error
+from gpuspark.launch.results import (
+    host_lost_error,
+    host_unreachable_error,
+    spark_error,
+    timeout_error,
+)
 
-__all__ = ["barrier_task", "check_pythons", "run_barrier"]
+__all__ = ["barrier_task", "check_pythons", "exclude_host", "lost_error", "run_barrier"]
 
 
 def _task_profile(req: LaunchRequest, cpus: int) -> Any:
@@ -106,6 +114,7 @@ def barrier_task(
             host=host,
             store_fd=store_fd,
             workdir=workdir,
+            collective_timeout=req.collective_timeout,
         )
         store_fd = -1  # run_task owns it now
         result = run_task(spec, sink)
@@ -172,30 +181,59 @@ def run_barrier(
     rdd = sc.parallelize(range(req.num_tasks), req.num_tasks).barrier().mapPartitions(body)
     sc.addJobTag(tag)
     sc.setInterruptOnCancel(True)
+    watch = StageWatch(server, lambda: sc.cancelJobsWithTag(tag), req.collective_timeout)
     try:
         sc.setJobDescription(f"gpuspark launch {req.entrypoint} ({req.num_processes} ranks)")
         cpus = executor_capacity(sc, dict(sc.getConf().getAll())).task_cpus_for(req.gpus_per_task)
-        results: list[dict] = rdd.withResources(_task_profile(req, cpus)).collect()
+        with watch:
+            results: list[dict] = rdd.withResources(_task_profile(req, cpus)).collect()
     except BaseException as exc:
-        lost = None if isinstance(exc, KeyboardInterrupt) else server.lost_host()
+        lost = lost_error(exc, server, watch, req)
         server.abort("driver stopped")
         sc.cancelJobsWithTag(tag)
         if server.abort_reason == "timeout":
             raise timeout_error(req) from None
         if lost is not None:
-            raise host_lost_error(lost, req) from None
+            raise lost from None
         raise spark_error(exc, server) from None
     finally:
         for timer in timers:
             timer.cancel()
         sc.removeJobTag(tag)
         sc.setJobDescription(None)
-        server.drain(5.0)
+        server.drain(5.0, skip=watch.lost_tasks)
         server.close()
     if server.abort_reason == "timeout":
         raise timeout_error(req)
     check_pythons(req, results)
     return results
+
+
+def lost_error(
+    exc: BaseException, server: LogServer, watch: StageWatch, req: LaunchRequest
+) -> BaseException | None:
+    """The error for a stage that failed because a host was lost, else ``None``: a host the
+    driver stopped hearing (``watch`` cancelled the stage), or one whose task vanished."""
+    if watch.lost is not None:
+        return host_unreachable_error(watch.lost.host, watch.lost.silent_s, req, server.failures)
+    host = None if isinstance(exc, KeyboardInterrupt) else server.lost_host()
+    return None if host is None else host_lost_error(host, req)
+
+
+def exclude_host(sc: Any, host: str) -> list[str]:
+    """Tell Spark to stop using the executors on ``host``, a host the launch lost; return
+    their ids. A cut-off host's executor stays registered until Spark's own timeouts drop it
+    (``spark.network.timeout``, 120 s), and a retry placed on it would wait for a task that
+    can never start; ``SparkContext.killExecutor`` takes it off the scheduler's offers now
+    (and the application does not ask for a replacement: dynamic allocation is off)."""
+    jsc = sc._jsc.sc()
+    alive = jsc.taskScheduler().getExecutorsAliveOnHost(host)
+    if alive.isEmpty():
+        return []
+    ids = [i for i in str(alive.get().mkString(",")).split(",") if i]
+    for executor in ids:
+        jsc.killExecutor(executor)
+    return ids
 
 
 def check_pythons(req: LaunchRequest, results: list[dict]) -> None:

@@ -132,6 +132,9 @@ io_encryption = true           # shuffle and spill files encrypted on local disk
 acls = true                    # UI ACLs: admins view and modify, the teams' members view
 admins = ["alice"]
 
+[training]                     # the ranks of `gpuspark launch` and `gpuspark train`
+collective_timeout_s = 600     # a rank waits this long for a peer in one collective, then fails
+
 # Spark on Kubernetes (`gpuspark render k8s --spec cluster.toml -o k8s/`): every key is optional.
 # [kubernetes]
 # image = "registry.example.com/gpuspark:0.1.0-cuda"  # the gpuspark image (Containerfile)

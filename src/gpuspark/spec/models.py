@@ -33,6 +33,7 @@ __all__ = [
     "StorageSettings",
     "Team",
     "Toleration",
+    "Training",
 ]
 
 DEFAULT_DISCOVERY_SCRIPT = "/opt/gpuspark/getGpusResources.sh"
@@ -363,6 +364,15 @@ class Monitoring(_Model):
     """Where operators read the runbook; alerts link ``<runbook_url>#<alert section>``."""
 
 
+class Training(_Model):
+    """How training processes (the ranks of ``gpuspark launch`` / ``train``) behave."""
+
+    collective_timeout_s: Positive = 600.0
+    """Seconds a rank waits in one collective (all-reduce, barrier, ...) for a peer before it
+    fails: the default of ``init_process_group(timeout=...)`` in every rank (gloo's own default
+    is 30 minutes). A host cut off mid-training ends the launch within about this long."""
+
+
 class Security(_Model):
     """``[security]``: Spark authentication, encryption and UI ACLs (off by default; on with
     ``enabled = true`` or ``--secure``). See :mod:`gpuspark.cluster.security`."""
@@ -396,6 +406,7 @@ class ClusterSpec(_Model):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     teams: list[Team] = Field(default_factory=list)
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    training: Training = Field(default_factory=Training)
     security: Security = Field(default_factory=Security)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 

@@ -71,6 +71,8 @@ class TaskSetup:
     the job's TCP store takes over; the task owns it until then."""
     workdir: str = ""
     """The ranks' working directory (empty: the task's own)."""
+    collective_timeout: float | None = None
+    """Seconds: the default timeout of the ranks' ``init_process_group`` (``None``: torch's)."""
 
 
 class Sink(Protocol):
@@ -197,11 +199,14 @@ def _agent_main(spec: TaskSetup, log_dir: str) -> dict[str, Any]:
         if spec.payload is not None:
             from gpuspark.launch._internal.worker import entry
 
-            outputs = elastic_launch(config, entry)(spec.payload, log_dir)
+            outputs = elastic_launch(config, entry)(spec.payload, log_dir, spec.collective_timeout)
         else:
             assert spec.script is not None
             target = ["-m", *spec.script] if spec.module else spec.script
-            args = ["-u", "-m", _WORKER_MODULE, "--log-dir", log_dir, *target]
+            args = ["-u", "-m", _WORKER_MODULE, "--log-dir", log_dir]
+            if spec.collective_timeout is not None:
+                args += ["--collective-timeout", repr(float(spec.collective_timeout))]
+            args += target
             outputs = elastic_launch(config, sys.executable)(*args)
     except ChildFailedError as exc:
         return {"ok": False, "failures": _failure_records(exc)}

@@ -6,8 +6,10 @@ failure report, and listens for ``ABORT`` (sent to every task as soon as one fai
 timeout) so healthy ranks do not wait for peers that are gone.
 
 Protocol, one UTF-8 line per message: task -> driver ``HELLO <token> <task>``,
-``L <rank> <text>``, ``N <kind> <json>`` (kind ``failed``, ``info`` or ``metrics``: a rank's
-``/metrics`` endpoint); driver -> task ``ABORT``.
+``L <rank> <text>``, ``N <kind> <json>`` (kind ``task``, ``failed``, ``info`` or ``metrics``:
+a rank's ``/metrics`` endpoint), ``P`` (a heartbeat, every :data:`HEARTBEAT_S` while the task
+runs), ``BYE`` (the task's last word); driver -> task ``ABORT``. A task whose stream stays open
+but silent (:meth:`LogServer.silent`) cannot reach the driver: its host is cut off.
 
 On the driver, a :class:`RankOutput` decides where each rank line goes: the console, and with
 a log folder (``gpuspark launch --log-dir``) one file per rank.
@@ -22,12 +24,15 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import IO, Any
 
 from gpuspark.errors import LaunchError
 
-__all__ = ["LogServer", "PrintSink", "RankOutput", "SocketSink", "format_line"]
+__all__ = ["HEARTBEAT_S", "LogServer", "PrintSink", "RankOutput", "SocketSink", "format_line"]
+
+HEARTBEAT_S = 2.0
+"""How often a task says it is alive (``P``) when it has nothing else to send."""
 
 _OPEN_FILES = 64
 """Rank log files kept open at once on the driver (a launch may have thousands of ranks)."""
@@ -176,8 +181,16 @@ class LogServer:
         self.vanished: list[int] = []
         """Tasks whose stream ended without their ``BYE``: killed with their executor or host
         (a task that finishes or fails says goodbye), in the order the driver saw it."""
+        self.heard: dict[int, float] = {}
+        """When (``time.monotonic()``) each task's last message arrived."""
+        self.finished: set[int] = set()
+        """Tasks that said ``BYE``."""
+        self.first_failure: float | None = None
+        """When (``time.monotonic()``) the first failure report arrived."""
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
+        self._open: list[int] = []
+        """Tasks whose stream is being read now."""
         self._active = 0
         self._idle = threading.Condition(self._lock)
         self._sock = socket.create_server((host, 0))
@@ -216,18 +229,39 @@ class LogServer:
             hello = lines.readline().split()
             if len(hello) != 3 or hello[0] != "HELLO" or hello[1] != self.token:
                 return
+            task = int(hello[2]) if hello[2].isdigit() else None
+            self._heard(task)
             with self._lock:
                 self._conns.append(conn)
+                if task is not None:
+                    self._open.append(task)
                 if self.abort_reason is not None:
                     self._send(conn)
             said_bye = False
-            for raw in lines:
-                said_bye = raw.rstrip("\n") == "BYE"
-                if not said_bye:
-                    self._handle(raw.rstrip("\n"))
-            if not said_bye and hello[2].isdigit():
-                with self._lock:
-                    self.vanished.append(int(hello[2]))
+            try:
+                for raw in lines:
+                    self._heard(task)
+                    said_bye = raw.rstrip("\n") == "BYE"
+                    if not said_bye:
+                        self._handle(raw.rstrip("\n"))
+            finally:
+                self._ended(task, said_bye)
+
+    def _ended(self, task: int | None, said_bye: bool) -> None:
+        """A task's stream ended: with its ``BYE``, or without (the task vanished)."""
+        if task is None:
+            return
+        with self._lock:
+            self._open.remove(task)
+            if said_bye:
+                self.finished.add(task)
+            else:
+                self.vanished.append(task)
+
+    def _heard(self, task: int | None) -> None:
+        if task is not None:
+            with self._lock:
+                self.heard[task] = time.monotonic()
 
     def _handle(self, msg: str) -> None:
         kind, _, rest = msg.partition(" ")
@@ -238,6 +272,8 @@ class LogServer:
             what, _, body = rest.partition(" ")
             payload = json.loads(body)
             if what == "failed":
+                if self.first_failure is None:
+                    self.first_failure = time.monotonic()
                 self.failures.append(payload)
                 if self.on_failure is not None:
                     self.on_failure(payload)
@@ -274,18 +310,54 @@ class LogServer:
             time.sleep(0.1)
         with self._lock:
             first = self.vanished[0] if self.vanished else None
-        return None if first is None else self.hosts.get(first, f"the host of task {first}")
+        return None if first is None else self.host_of(first)
 
-    def drain(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` s) until every task's stream has been read to its end."""
+    def silent(self, after: float, now: float | None = None) -> list[int]:
+        """Tasks still connected (no ``BYE``, stream not ended) from which nothing, not even
+        a heartbeat, arrived for more than ``after`` s: the longest silent first."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            done = self.finished | set(self.vanished)
+            quiet = [
+                (at, task)
+                for task, at in self.heard.items()
+                if task not in done and now - at > after
+            ]
+        return [task for _, task in sorted(quiet)]
+
+    def host_of(self, task: int) -> str:
+        """The host task ``task`` reported (``N task``), or a phrase naming the task."""
+        return self.hosts.get(task, f"the host of task {task}")
+
+    def drain(self, timeout: float, skip: Collection[int] = ()) -> None:
+        """Wait (at most ``timeout`` s) until every task's stream has been read to its end,
+        but those of the tasks in ``skip`` (cut off: their streams may never end)."""
+
+        def done() -> bool:
+            return self._active <= sum(1 for task in self._open if task in skip)
+
         with self._idle:
-            self._idle.wait_for(lambda: self._active == 0, timeout=timeout)
+            self._idle.wait_for(done, timeout=timeout)
 
     def close(self) -> None:
         """Stop accepting; connections end when their tasks do."""
         self._closed = True
         with contextlib.suppress(OSError):
             self._sock.close()
+
+
+SEND_GIVE_UP_S = 30
+"""Seconds sent bytes may stay unacknowledged before the task's log connection is dropped
+(``TCP_USER_TIMEOUT``): a task cut off from the driver does not block on a full send buffer
+(its lines then go to the executor log)."""
+
+
+def _give_up_unacked(sock: socket.socket) -> None:
+    """Set :data:`SEND_GIVE_UP_S` on ``sock`` where the platform has ``TCP_USER_TIMEOUT``."""
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, SEND_GIVE_UP_S * 1000)
 
 
 class SocketSink:
@@ -298,16 +370,32 @@ class SocketSink:
     def __init__(self, host: str, port: int, token: str, task: int) -> None:
         self._lock = threading.Lock()
         self._abort = threading.Event()
+        self._closed = threading.Event()
         self._sock: socket.socket | None = None
         try:
             self._sock = socket.create_connection((host, port), timeout=10)
             self._sock.settimeout(None)
+            _give_up_unacked(self._sock)
             self._sock.sendall(f"HELLO {token} {task}\n".encode())
         except OSError as exc:
             sys.stderr.write(f"gpuspark: cannot reach the driver's log server: {exc}\n")
             self._sock = None
             return
         threading.Thread(target=self._listen, name="gpuspark-abort", daemon=True).start()
+        threading.Thread(target=self._beat, name="gpuspark-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        """``P`` every :data:`HEARTBEAT_S` until closed: the driver tells a quiet task from
+        one it can no longer hear."""
+        while not self._closed.wait(HEARTBEAT_S):
+            with self._lock:
+                if self._sock is None:
+                    return
+                try:
+                    self._sock.sendall(b"P\n")
+                except OSError:
+                    self._sock = None
+                    return
 
     def _listen(self) -> None:
         assert self._sock is not None
@@ -339,6 +427,7 @@ class SocketSink:
     def close(self) -> None:
         """Say goodbye and close the connection (the driver sees the end of this task's
         stream, and that the task was not lost)."""
+        self._closed.set()
         with self._lock:
             if self._sock is not None:
                 with contextlib.suppress(OSError):

@@ -5,13 +5,16 @@ Two entry points share the same set-up:
 * :func:`entry` runs a cloudpickled function (``gpuspark.launch.run(fn, ...)``);
 * ``python -m gpuspark.launch._internal.worker --log-dir D script.py [args]`` runs a script
   the way ``torchrun`` does (``gpuspark launch``); ``... --log-dir D -m module [args]`` runs a
-  module the way ``torchrun -m`` (``python -m``) does.
+  module the way ``torchrun -m`` (``python -m``) does; ``--collective-timeout S`` after
+  ``--log-dir D`` sets the collective timeout.
 
 Set-up: the process dies with its parent (``PR_SET_PDEATHSIG``), so no rank outlives its agent,
 and is named ``gpuspark-rank<RANK>`` (``ps -o comm``);
 its stdout and stderr go, line-buffered, to ``<log-dir>/rank-<RANK>.log`` which the task tails
 and streams to the driver; an exception also lands in ``rank-<RANK>.error.json`` so the driver
-can name the failing rank with the last lines of its traceback.
+can name the failing rank with the last lines of its traceback. With a collective timeout
+(the launch's ``collective_timeout``), ``init_process_group`` in the rank defaults to it
+instead of torch's 30 minutes (gloo) or 10 minutes (NCCL): :func:`set_collective_timeout`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ from typing import Any
 from gpuspark._util import envvars
 from gpuspark._util.procs import pid_alive
 
-__all__ = ["entry", "main", "set_parent_death_signal", "set_process_name"]
+__all__ = [
+    "entry",
+    "main",
+    "set_collective_timeout",
+    "set_parent_death_signal",
+    "set_process_name",
+]
 
 _TRACEBACK_LINES = 20
 
@@ -56,6 +65,25 @@ def set_process_name(name: str) -> None:
     import ctypes
 
     _prctl(15, ctypes.c_char_p(name.encode()[:15]))  # PR_SET_NAME
+
+
+def set_collective_timeout(seconds: float | None) -> None:
+    """Make ``seconds`` the default timeout of ``init_process_group`` and ``new_group`` in
+    this process, for every backend (a call that passes ``timeout=`` keeps its own).
+
+    torch reads its defaults (``torch.distributed.constants``: gloo 30 min, NCCL 10 min) from
+    ``distributed_c10d``'s module globals at each call (``_get_default_timeout``), and no
+    environment variable sets them: this sets those globals. ``None`` leaves torch's.
+    """
+    if seconds is None:
+        return
+    import datetime
+
+    from torch.distributed import distributed_c10d
+
+    timeout = datetime.timedelta(seconds=seconds)
+    distributed_c10d.default_pg_timeout = timeout
+    distributed_c10d.default_pg_nccl_timeout = timeout
 
 
 def _rank() -> str:
@@ -114,14 +142,15 @@ def _record_failure(log_dir: str, exc: BaseException) -> None:
     os.replace(tmp, path)
 
 
-def entry(payload: bytes, log_dir: str) -> bytes | None:
+def entry(payload: bytes, log_dir: str, collective_timeout: float | None = None) -> bytes | None:
     """Run the shipped function on this rank; return rank 0's result, cloudpickled.
 
     ``payload`` is ``cloudpickle.dumps((fn, args, kwargs))``. Other ranks return ``None`` so
-    only one result travels back.
+    only one result travels back. ``collective_timeout``: :func:`set_collective_timeout`.
     """
     _setup(log_dir)
     try:
+        set_collective_timeout(collective_timeout)
         import cloudpickle
 
         fn, args, kwargs = cloudpickle.loads(payload)
@@ -172,24 +201,36 @@ def _run_target(script: str, args: list[str], module: bool) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def _collective_timeout_arg(argv: list[str]) -> float | None:
+    """Take ``--collective-timeout S`` from just after ``--log-dir D`` out of ``argv``."""
+    if len(argv) > 3 and argv[2] == "--collective-timeout":
+        seconds = float(argv[3])
+        del argv[2:4]
+        return seconds
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuspark.launch._internal.worker --log-dir D [-m] target [args...]``."""
+    """``python -m gpuspark.launch._internal.worker --log-dir D [--collective-timeout S]
+    [-m] target [args...]``."""
     import atexit
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    collective_timeout = _collective_timeout_arg(argv)
     module = len(argv) > 2 and argv[2] == "-m"
     if module:
         del argv[2]
     if len(argv) < 3 or argv[0] != "--log-dir":
         sys.stderr.write(
             "usage: python -m gpuspark.launch._internal.worker --log-dir DIR "
-            "(script.py | -m module) ...\n"
+            "[--collective-timeout SECONDS] (script.py | -m module) ...\n"
         )
         return 2
     log_dir, script, script_args = argv[1], argv[2], argv[3:]
     _setup(log_dir)
     atexit.register(_leave_without_teardown)
     try:
+        set_collective_timeout(collective_timeout)
         _run_target(script, script_args, module)
     except SystemExit as exc:
         code: Any = exc.code

@@ -119,6 +119,7 @@ def run(
     metrics_host: str | None = None,
     max_restarts: int = 0,
     max_attempts: int = 1,
+    collective_timeout: float | None = None,
     tracking: Tracking | str | None = None,
 ) -> TrainSummary:
     """Launch :func:`~.rank.train` on ``num_processes`` ranks and return rank 0's summary.
@@ -136,7 +137,8 @@ def run(
     ``max_restarts``: the elastic agent restarts the ranks after a rank fails, this many
     times; ``max_attempts``: the whole barrier stage is retried (e.g. after a lost host). A
     restart or retry resumes from the newest checkpoint of ``cfg.checkpoint_dir`` (without
-    one it starts over).
+    one it starts over). ``collective_timeout``: seconds a rank waits in one collective for
+    its peers (default: the spec's ``[training] collective_timeout_s``).
 
     ``tracking`` (a :class:`~gpuspark.train.tracking.Tracking` or a tracking URI, ``""``:
     ``MLFLOW_TRACKING_URI`` else ``./mlruns``): rank 0 logs the run to MLflow and registers
@@ -169,6 +171,7 @@ def run(
         "metrics_host": metrics_host,
         "max_restarts": max_restarts,
         "max_attempts": max_attempts,
+        "collective_timeout": collective_timeout,
         "job": job,
     }
     if local:
