@@ -5,7 +5,8 @@ Two workloads, each scored three ways:
 
 1. **tabular**: ``--rows`` rows of the synthetic risk table (``gpuspark.demo.synth_risk``),
    the ``tabular`` network (128 hidden units, 2 layers; seeded weights, the encoding of a
-   ``prep parquet`` run over a 20,000-row sample of the same table), 4,096 rows per call.
+   ``prep parquet`` run over a 20,000-row sample of the same table, or the whole table when
+   it is smaller), 4,096 rows per call.
    - *gpuspark*: ``gpuspark.infer.predict(parquet, best.pt, out)`` (its quarantine job
      included);
    - *predict_batch_udf*: the same encoded columns (gpuspark's encoding expressions), a
@@ -16,7 +17,7 @@ Two workloads, each scored three ways:
 2. **resnet3d**: ``--studies`` synthetic CT studies (``synth_ct``, 64-pixel slices, 36-48
    slices each) scored with the demo's network (MONAI ResNet-10, width 0.25, stem stride 2,
    re-window 100/100) on the demo's preprocessing (32^3 volumes, recorded by a ``prep dicom``
-   run over 8 other studies), 8 volumes per call.
+   run over 8 other studies, 2 with ``--quick``), 8 volumes per call.
    - *gpuspark*: ``predict(studies, best.pt, out, kind="dicom")``;
    - *predict_batch_udf*: what a user writes: the file list, a ``mapInPandas`` reading every
      header, ``groupBy`` series, a pandas UDF making each volume (the same ``prep_series``
@@ -35,8 +36,23 @@ per load in a counter file), peak RSS of the Python workers (``VmHWM`` of the ex
 ``pyspark.daemon`` children) and of the one process, and the largest difference between the
 contenders' probabilities.
 
-    python benchmarks/bench_predict.py            # 1,000,000 rows, 200 studies
-    python benchmarks/bench_predict.py --quick    # 50,000 rows, 12 studies
+For the tabular workload it also shows where the time goes (``breakdown``): the one process's
+phases (read, encode, model, write); Spark's wall time for the scan alone, with gpuspark's
+encoding, and with the Arrow way into Python and back (``noop`` sink, no model); and the
+scoring tasks' own wall and CPU seconds per phase (``PredictResult.task_seconds``: waiting
+for input, input matrix, model, output batch, handing it back), summed over the tasks.
+
+``--quick`` (20,000 rows, 4 studies, 1 warm run, 1 round) makes the same comparisons in one
+local application (``local[2 x --cores]``, as the other benchmarks' quick modes) shared by
+every step: no cluster or executors to start. There only the first Spark run starts the
+Python workers, so the later contenders' "cold" runs find them started (their model loads
+still count), and the figures are dominated by per-job overheads: a regression check, not
+the measurement. ``--only tabular`` (or ``resnet3d``) runs one workload and writes
+``predict_<workload>[_quick].json``.
+
+    python benchmarks/bench_predict.py                  # 1,000,000 rows, 200 studies
+    python benchmarks/bench_predict.py --quick          # 20,000 rows, 4 studies, < 60 s
+    python benchmarks/bench_predict.py --only tabular   # the tabular workload alone
 """
 
 from __future__ import annotations
@@ -61,13 +77,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results
 
 TAB_BATCH = 4096
+SAMPLE = 20_000
+"""Rows of the table ``prep parquet`` encodes (the model's normalisation and vocabularies)."""
 VOL_BATCH = 8
 VOLUME = (32, 32, 32)
 SLICE_PX = 64
 CONTENDERS = ("gpuspark", "predict_batch_udf", "one process")
+_START = time.perf_counter()
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _say(text: str) -> None:
+    """Print ``text`` after the seconds since the start (where a run's time goes)."""
+    print(f"[{time.perf_counter() - _START:6.1f} s] {text}", flush=True)
 
 
 def _median(xs: list[float]) -> float:
@@ -124,7 +148,7 @@ def _spark_runs(name: str, run: Callable[[int], dict[str, Any]], runs: int) -> d
         t0 = time.perf_counter()
         infos.append(run(i))
         times.append(time.perf_counter() - t0)
-        print(f"  {name} run {i}: {times[-1]:.2f} s", flush=True)
+        _say(f"  {name} run {i}: {times[-1]:.2f} s")
     return {"times": times, "runs": infos}
 
 
@@ -142,8 +166,9 @@ def _merge(apps: list[dict[str, Any]], rows: int) -> dict[str, Any]:
         "rows_per_s": round(rows / _median(warm), 1),
         "cold_rows_per_s": round(rows / _median(cold), 1),
     }
-    if "spark_floor_s" in apps[0]:
-        out["spark_floor_s"] = min(a["spark_floor_s"] for a in apps)
+    for key in ("spark_scan_s", "spark_floor_s", "spark_passthrough_s"):
+        if key in apps[0]:
+            out[key] = min(a[key] for a in apps)
     if "memory" in apps[0]:
         out["memory"] = max((a["memory"] for a in apps), key=lambda m: m["peak_rss_mb_max"])
         out["loads_per_worker"] = max(a["loads_per_worker"] for a in apps)
@@ -154,6 +179,8 @@ def _merge(apps: list[dict[str, Any]], rows: int) -> dict[str, Any]:
         out["memory"] = {"peak_rss_mb_max": max(a["peak_rss_mb"] for a in apps)}
         out["load_s"] = [round(a["load_s"], 3) for a in apps]
         out["threads"] = 1
+        if "phases_s" in apps[-1]:
+            out["phases_s"] = apps[-1]["phases_s"]
     return out
 
 
@@ -165,6 +192,59 @@ def _loads_from_counter(path: Path) -> dict[str, int]:
     return counts
 
 
+class _Apps:
+    """The Spark applications of a run: with a ``cluster``, one per contender and setup
+    step (fresh executors and Python workers each); without (``--quick``), one local
+    application of ``slots`` task slots for all of them (one JVM: no cluster or executors
+    to start), its SQL settings set per step and unset after it."""
+
+    def __init__(self, cluster: Any, slots: int) -> None:
+        self.cluster, self.slots = cluster, slots
+        self.shared = cluster is None
+        self._spark: Any = None
+        self._conf: dict[str, str] = {}
+
+    def open(self, name: str, conf: dict[str, str]) -> Any:
+        """A session for step ``name`` with the SQL settings ``conf``."""
+        if not self.shared:
+            return _session(self.cluster, name, conf)
+        if self._spark is None:
+            self._spark = _local_session(self.slots)
+        for key, value in conf.items():
+            self._spark.conf.set(key, value)
+        self._conf = dict(conf)
+        return self._spark
+
+    def close(self, spark: Any) -> None:
+        """The end of a step: its application stopped, or the shared one's settings unset."""
+        if not self.shared:
+            spark.stop()
+            return
+        for key in self._conf:
+            spark.conf.unset(key)
+        self._conf = {}
+
+    def stop(self) -> None:
+        """Stop the shared application (``--quick``)."""
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+
+def _local_session(slots: int) -> Any:
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(f"local[{slots}]")
+        .appName("bench-predict-quick")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def _session(cluster: Any, name: str, conf: dict[str, str]) -> Any:
     spark = cluster.session(app_name=f"bench-predict-{name}", **conf)
     spark.sparkContext.setLogLevel("ERROR")
@@ -172,13 +252,60 @@ def _session(cluster: Any, name: str, conf: dict[str, str]) -> Any:
     return spark
 
 
-def _one_process(kind: str, args: list[str]) -> dict[str, Any]:
-    """The one-process contender in a child process (its own threads and peak RSS)."""
-    cmd = [sys.executable, __file__, "--one-process", kind, *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"one process {kind} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+class _OneProcess:
+    """The one-process contender of ``kind`` in a child process (its own threads and peak
+    RSS). :meth:`start` spawns it ahead of its turn: it imports torch, pyarrow and the
+    model code, then waits for its arguments on stdin (``--quick`` starts both children
+    with the run, so their imports overlap the setup); :meth:`run` hands them over and
+    returns its figures (the next :meth:`run` starts a new child)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> _OneProcess:
+        if self.proc is None:
+            cmd = [sys.executable, __file__, "--one-process", self.kind]
+            pipe = subprocess.PIPE
+            self.proc = subprocess.Popen(cmd, stdin=pipe, stdout=pipe, stderr=pipe, text=True)
+        return self
+
+    def run(self, args: list[str]) -> dict[str, Any]:
+        proc = self.start().proc
+        assert proc is not None
+        out, err = proc.communicate(json.dumps(args) + "\n")
+        self.proc = None
+        if proc.returncode != 0:
+            raise RuntimeError(f"one process {self.kind} failed:\n{err[-3000:]}")
+        return json.loads(out.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+def _serve_one_process(kind: str) -> int:
+    """The child of :class:`_OneProcess`: the imports, then its arguments from stdin
+    (``[src, best, out, runs]``), its figures as one JSON line."""
+    import pyarrow  # noqa: F401
+    import torch  # noqa: F401
+
+    import gpuspark.infer.model
+
+    if kind == "tabular":
+        fn = one_process_tabular
+    else:
+        import monai.networks.nets  # noqa: F401
+
+        import gpuspark.infer.dicom
+        import gpuspark.infer.volume  # noqa: F401
+
+        fn = one_process_volume
+    src, best, out, runs = json.loads(sys.stdin.readline())
+    print(json.dumps(fn(src, best, out, int(runs))))
+    return 0
 
 
 def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -199,7 +326,9 @@ def _probs(folder: Path, id_col: str, k: int = 2) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------ tabular
 
 
-def _tabular_data(cluster: Any, work: Path, rows: int, conf: dict[str, str]) -> dict[str, Any]:
+def _tabular_data(
+    apps: _Apps, work: Path, rows: int, files: int, conf: dict[str, str]
+) -> dict[str, Any]:
     """The risk table (``rows``), a 20,000-row sample prepared by ``prep parquet`` and a
     ``best.pt`` recording that dataset's encoding (setup, not timed)."""
     import torch
@@ -211,24 +340,29 @@ def _tabular_data(cluster: Any, work: Path, rows: int, conf: dict[str, str]) -> 
     from gpuspark.train import recipes
     from gpuspark.train.recipes.rank import dataset_lineage
 
-    spark = _session(cluster, "setup-tabular", conf)
+    _say("tabular: setup")
+    spark = apps.open("setup-tabular", conf)
+    _say("tabular: session up")
     try:
-        files = 8
         df = risk_frame(spark, rows, 0, files).withColumn(
             "row_id", F.concat_ws("-", "customer_id", F.col("month").cast("string"))
         )
         src = work / "risk.parquet"
         df.write.mode("overwrite").parquet(str(src))
-        sample = work / "sample.parquet"
-        spark.read.parquet(str(src)).limit(20_000).write.mode("overwrite").parquet(str(sample))
+        _say("tabular: table written")
+        sample = src  # a table of at most SAMPLE rows is its own sample
+        if rows > SAMPLE:
+            sample = work / "sample.parquet"
+            spark.read.parquet(str(src)).limit(SAMPLE).write.mode("overwrite").parquet(str(sample))
         features = [c for c in df.columns if c not in ("customer_id", "default", "row_id")]
         shards = work / "risk-shards"
         prep_parquet(
             str(sample), str(shards), label="default", id="row_id", features=features,
             overwrite=True, spark=spark,
         )  # fmt: skip
+        _say("tabular: sample prepared")
     finally:
-        spark.stop()
+        apps.close(spark)
     cfg = recipes.RecipeConfig(data=str(shards), hidden=128, layers=2)
     torch.manual_seed(0)
     net = recipes.build_tabular(cfg, 2)
@@ -249,7 +383,7 @@ def _tabular_data(cluster: Any, work: Path, rows: int, conf: dict[str, str]) -> 
 
 
 def _gpuspark_case(
-    cluster: Any, data: dict, conf: dict, case: tuple[str, Path, int, int], **options: Any
+    apps: _Apps, data: dict, conf: dict, case: tuple[str, Path, int, int], **options: Any
 ) -> tuple[dict, Any]:
     """``gpuspark.infer.predict`` of ``data``, ``runs`` times on one session (each must score
     ``rows`` rows; ``case``: app name, output folder, rows, runs), with the workers' memory,
@@ -257,12 +391,13 @@ def _gpuspark_case(
     from gpuspark.infer import predict
 
     name, out, rows, runs = case
-    spark = _session(cluster, name, conf)
+    spark = apps.open(name, conf)
 
     def run(i: int) -> dict[str, Any]:
         res = predict(data["src"], data["best"], out, overwrite=True, spark=spark, **options)
         assert res.rows == rows, res.rows
         info = {"seconds": res.seconds, "predict_s": res.predict_s, "timings": res.timings}
+        info["task_seconds"] = res.task_seconds
         return {**info, "loads": res.model_loads, "workers": res.workers, "tasks": res.tasks}
 
     try:
@@ -270,7 +405,7 @@ def _gpuspark_case(
         summary["memory"] = _rss_summary(_python_workers())
         summary["slots"] = _slots(spark)
     except BaseException:
-        spark.stop()
+        apps.close(spark)
         raise
     loads = [r["loads"] for r in summary["runs"]]
     summary["model_loads"] = {"per_run": loads, "first_run_workers": summary["runs"][0]["workers"]}
@@ -278,30 +413,48 @@ def _gpuspark_case(
     return summary, spark
 
 
-def _tabular_gpuspark(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> dict:
+def _tabular_gpuspark(apps: _Apps, data: dict, work: Path, args: Any, conf: dict) -> dict:
     case = ("gpuspark-tabular", work / "tab-gpuspark", args.rows, args.runs)
-    summary, spark = _gpuspark_case(cluster, data, conf, case, id="row_id", batch_size=TAB_BATCH)
+    summary, spark = _gpuspark_case(apps, data, conf, case, id="row_id", batch_size=TAB_BATCH)
     try:
-        summary["spark_floor_s"] = _tabular_floor(spark, data)
+        if not args.quick:  # diagnostics of the full run only (see _breakdown)
+            summary["spark_scan_s"] = _tabular_floor(spark, data, 2, "scan")
+            summary["spark_floor_s"] = _tabular_floor(spark, data, 2, "encode")
+            summary["spark_passthrough_s"] = _tabular_floor(spark, data, 2, "python")
     finally:
-        spark.stop()
+        apps.close(spark)
     return summary
 
 
-def _tabular_floor(spark: Any, data: dict[str, Any]) -> float:
-    """What Spark alone takes for the input (no Python, no model): the Parquet scan and
-    gpuspark's encoding expressions into the ``noop`` sink; the fastest of 2 runs."""
+def _tabular_floor(spark: Any, data: dict[str, Any], reps: int, mode: str) -> float:
+    """What Spark alone takes for the input (no model, no write), the fastest of ``reps``
+    runs into the ``noop`` sink: ``scan``: the Parquet scan of the model's columns;
+    ``encode``: and gpuspark's encoding expressions (no Python); ``python``: and a
+    ``mapInArrow`` that hands its Arrow batches back unchanged (the way into Python and
+    back)."""
     from gpuspark.infer import load_model
     from gpuspark.infer.features import encoded_frame
+    from gpuspark.infer.table import arrow_batches
 
     serving = load_model(data["best"]).serving
     times = []
-    for _ in range(2):
+    for _ in range(reps):
         t0 = time.perf_counter()
-        df = encoded_frame(spark.read.parquet(data["src"]), serving, ("row_id",))
-        df.write.format("noop").mode("overwrite").save()
+        df = spark.read.parquet(data["src"])
+        if mode == "scan":
+            df = df.select("row_id", *serving.features)
+        else:
+            df = encoded_frame(df, serving, ("row_id",))
+        if mode == "python":
+            df = df.mapInArrow(_same_batches, df.schema)
+        with arrow_batches(spark, TAB_BATCH):
+            df.write.format("noop").mode("overwrite").save()
         times.append(time.perf_counter() - t0)
     return round(min(times), 3)
+
+
+def _same_batches(batches: Any) -> Any:
+    yield from batches
 
 
 def _gpuspark_loads(summary: dict[str, Any]) -> float:
@@ -319,7 +472,7 @@ def _slots(spark: Any) -> int:
     return int(cores(spark))
 
 
-def _tabular_udf(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> dict:
+def _tabular_udf(apps: _Apps, data: dict, work: Path, args: Any, conf: dict) -> dict:
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, DoubleType
@@ -357,7 +510,7 @@ def _tabular_udf(cluster: Any, data: dict, work: Path, args: Any, conf: dict) ->
         batch_size=TAB_BATCH,
         input_tensor_shapes=[[len(serving.numeric)], [len(serving.categorical)]],
     )
-    spark = _session(cluster, "udf-tabular", conf)
+    spark = apps.open("udf-tabular", conf)
     out = work / "tab-udf"
 
     def run(i: int) -> dict[str, Any]:
@@ -378,7 +531,7 @@ def _tabular_udf(cluster: Any, data: dict, work: Path, args: Any, conf: dict) ->
         summary["memory"] = _rss_summary(_python_workers())
         summary["slots"] = _slots(spark)
     finally:
-        spark.stop()
+        apps.close(spark)
     loads = _loads_from_counter(counter)
     summary["model_loads"] = loads
     summary["loads_per_worker"] = round(max(loads.values(), default=0), 3)
@@ -407,16 +560,22 @@ def one_process_tabular(src: str, best: str, out: str, runs: int) -> dict[str, A
     s = loaded.serving
     vocab = [pa.array(v, pa.string()) for v in s.vocab]
     times, rows = [], 0
+    phases: dict[str, float] = {}
     for _ in range(runs + 1):
         t0 = time.perf_counter()
         rows = 0
+        phases = dict.fromkeys(("read", "encode", "model", "write"), 0.0)
         dataset = ds.dataset(src, format="parquet")
         writer = None
         cols = ["row_id", *s.numeric, *s.categorical]
+        lap = time.perf_counter()
         for batch in dataset.to_batches(columns=cols, batch_size=TAB_BATCH, use_threads=False):
+            lap = _lap(phases, "read", lap)
             x = _encode(batch, s, vocab)
+            lap = _lap(phases, "encode", lap)
             with torch.inference_mode():
                 probs = net(torch.from_numpy(x)).softmax(1).numpy().astype(np.float64)
+            lap = _lap(phases, "model", lap)
             table = pa.table(
                 {
                     "row_id": batch.column("row_id"),
@@ -428,11 +587,26 @@ def one_process_tabular(src: str, best: str, out: str, runs: int) -> dict[str, A
             writer = writer or pq.ParquetWriter(out, table.schema)
             writer.write_table(table)
             rows += batch.num_rows
+            lap = _lap(phases, "write", lap)
         assert writer is not None
         writer.close()
+        _lap(phases, "write", lap)
         times.append(time.perf_counter() - t0)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"load_s": load_s, "times": times, "rows": rows, "peak_rss_mb": round(rss / 1024, 1)}
+    out_phases = {k: round(v, 3) for k, v in phases.items()}  # the last run's
+    return {
+        "load_s": load_s,
+        "times": times,
+        "rows": rows,
+        "peak_rss_mb": round(rss / 1024, 1),
+        "phases_s": out_phases,
+    }
+
+
+def _lap(phases: dict[str, float], phase: str, since: float) -> float:
+    now = time.perf_counter()
+    phases[phase] += now - since
+    return now
 
 
 def _encode(batch: Any, s: Any, vocab: list[Any]) -> np.ndarray:
@@ -456,9 +630,11 @@ def _encode(batch: Any, s: Any, vocab: list[Any]) -> np.ndarray:
 # ----------------------------------------------------------------------------- resnet3d
 
 
-def _volume_data(cluster: Any, work: Path, studies: int, conf: dict[str, str]) -> dict[str, Any]:
-    """``studies`` synthetic CT studies to score, and a ``best.pt`` of the demo's network
-    recording a ``prep dicom`` run (the demo's options) over 8 other studies."""
+def _volume_data(
+    apps: _Apps, work: Path, counts: tuple[int, int], conf: dict[str, str]
+) -> dict[str, Any]:
+    """``counts[0]`` synthetic CT studies to score, and a ``best.pt`` of the demo's network
+    recording a ``prep dicom`` run (the demo's options) over ``counts[1]`` other studies."""
     import torch
 
     from gpuspark.data import format as fmt
@@ -467,9 +643,12 @@ def _volume_data(cluster: Any, work: Path, studies: int, conf: dict[str, str]) -
     from gpuspark.train import recipes
     from gpuspark.train.recipes.rank import dataset_lineage
 
+    studies, train_studies = counts
+    _say("resnet3d: setup")
     synth_ct(work / "ct", studies=studies, seed=1, size=SLICE_PX, overwrite=True)
-    synth_ct(work / "ct-train", studies=8, seed=2, size=SLICE_PX, overwrite=True)
-    spark = _session(cluster, "setup-resnet3d", conf)
+    synth_ct(work / "ct-train", studies=train_studies, seed=2, size=SLICE_PX, overwrite=True)
+    _say("resnet3d: studies written")
+    spark = apps.open("setup-resnet3d", conf)
     shards = work / "ct-shards"
     try:
         prep_dicom(
@@ -477,7 +656,7 @@ def _volume_data(cluster: Any, work: Path, studies: int, conf: dict[str, str]) -
             shape=VOLUME, split=None, overwrite=True, spark=spark,
         )  # fmt: skip
     finally:
-        spark.stop()
+        apps.close(spark)
     cfg = recipes.RecipeConfig(
         data=str(shards), depth=10, width=0.25, stem_stride=2, window=(100.0, 100.0)
     )
@@ -499,15 +678,15 @@ def _volume_data(cluster: Any, work: Path, studies: int, conf: dict[str, str]) -
     return {"src": str(work / "ct" / "dicom"), "best": str(best), "files": files}
 
 
-def _volume_gpuspark(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> dict:
+def _volume_gpuspark(apps: _Apps, data: dict, work: Path, args: Any, conf: dict) -> dict:
     case = ("gpuspark-resnet3d", work / "vol-gpuspark", args.studies, args.runs)
     options = {"kind": "dicom", "batch_size": VOL_BATCH}
-    summary, spark = _gpuspark_case(cluster, data, conf, case, **options)
-    spark.stop()
+    summary, spark = _gpuspark_case(apps, data, conf, case, **options)
+    apps.close(spark)
     return summary
 
 
-def _volume_udf(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> dict:
+def _volume_udf(apps: _Apps, data: dict, work: Path, args: Any, conf: dict) -> dict:
     import pandas as pd
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql import functions as F
@@ -527,7 +706,7 @@ def _volume_udf(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> 
         from gpuspark.data.sources import read_header
 
         for frame in frames:
-            series = []
+            series: list[str | None] = []
             for path in frame["path"]:
                 try:
                     series.append(str(read_header(path).series_uid))
@@ -565,7 +744,7 @@ def _volume_udf(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> 
         batch_size=VOL_BATCH,
         input_tensor_shapes=[[1, *VOLUME]],
     )
-    spark = _session(cluster, "udf-resnet3d", conf)
+    spark = apps.open("udf-resnet3d", conf)
     out = work / "vol-udf"
     slots = _slots(spark)
 
@@ -592,7 +771,7 @@ def _volume_udf(cluster: Any, data: dict, work: Path, args: Any, conf: dict) -> 
         summary["memory"] = _rss_summary(_python_workers())
         summary["slots"] = slots
     finally:
-        spark.stop()
+        apps.close(spark)
     loads = _loads_from_counter(counter)
     summary["model_loads"] = loads
     summary["loads_per_worker"] = round(max(loads.values(), default=0), 3)
@@ -655,6 +834,8 @@ def _compare(name: str, results: dict[str, Any], diffs: dict[str, float]) -> dic
     gp, udf, one = (results[k] for k in CONTENDERS)
     slots = gp["slots"]
     floor = gp.pop("spark_floor_s", None)
+    scan = gp.pop("spark_scan_s", None)
+    passthrough = gp.pop("spark_passthrough_s", None)
     out = {
         **results,
         "ratio_vs_predict_batch_udf": round(gp["rows_per_s"] / udf["rows_per_s"], 3),
@@ -669,6 +850,8 @@ def _compare(name: str, results: dict[str, Any], diffs: dict[str, float]) -> dic
             "rows_per_s": round(gp["rows"] / floor, 1),
             "per_core_efficiency_bound": round((gp["rows"] / floor / slots) / one["rows_per_s"], 3),
         }
+    if "phases_s" in one:
+        out["breakdown"] = _breakdown(gp, one, (scan, floor, passthrough))
     out["targets_met"] = {
         "ratio_vs_predict_batch_udf >= 1.2": out["ratio_vs_predict_batch_udf"] >= 1.2,
         "per_core_efficiency >= 0.8": out["per_core_efficiency"] >= 0.8,
@@ -677,6 +860,29 @@ def _compare(name: str, results: dict[str, Any], diffs: dict[str, float]) -> dic
     print(f"\n{name}")
     _print_table(out, slots)
     return out
+
+
+_WALLS = ("scan_noop", "scan_encode_noop", "scan_encode_arrow_python_roundtrip_noop", "predict_job")
+
+
+def _breakdown(gp: dict, one: dict, spark_s: tuple[float | None, ...]) -> dict[str, Any]:
+    """Where the time goes, as seconds of the whole input: the one process's phases (1
+    thread); Spark's wall times (:func:`_tabular_floor`: the scan; the scan and encoding;
+    with the Arrow way into Python and back: full runs only; and the whole job, warm
+    median); and the Python side of gpuspark's scoring tasks (their
+    :class:`~gpuspark.infer.worker.TaskClock` phases, summed over the tasks: core seconds;
+    the median of the warm runs)."""
+    warm = [r for app in gp["runs"] for r in app[1:] if r.get("task_seconds")]
+    phases = sorted({k for r in warm for k in r["task_seconds"]})
+    tasks = {k: round(_median([r["task_seconds"].get(k, 0.0) for r in warm]), 3) for k in phases}
+    return {
+        "one_process_phases_s": one.get("phases_s", {}),
+        "spark_wall_s": {
+            k: v for k, v in zip(_WALLS, (*spark_s, gp["median_s"]), strict=True) if v is not None
+        },
+        "gpuspark_task_core_s": tasks,
+        "slots": gp["slots"],
+    }
 
 
 def _print_table(out: dict[str, Any], slots: int) -> None:
@@ -697,6 +903,11 @@ def _print_table(out: dict[str, Any], slots: int) -> None:
         f"{out['per_core_efficiency_udf']:.2f}); max |prob diff| vs one process: "
         f"{out['max_prob_diff_vs_one_process']}"
     )
+    if "breakdown" in out:
+        b = out["breakdown"]
+        print(f"one process phases (s): {b['one_process_phases_s']}")
+        print(f"Spark wall (s, {b['slots']} slots): {b['spark_wall_s']}")
+        print(f"gpuspark task phases (core s, summed over tasks): {b['gpuspark_task_core_s']}")
     if "spark_floor" in out:
         f = out["spark_floor"]
         print(
@@ -707,7 +918,14 @@ def _print_table(out: dict[str, Any], slots: int) -> None:
 
 
 def _workload(
-    name: str, cluster: Any, work: Path, args: Any, conf: dict, data: dict, which: tuple
+    name: str,
+    apps: _Apps,
+    work: Path,
+    args: Any,
+    conf: dict,
+    data: dict,
+    which: tuple,
+    one: _OneProcess,
 ) -> dict[str, Any]:
     """``args.rounds`` rounds of the three contenders, in a rotating order (the load of a
     shared machine changes over minutes)."""
@@ -715,16 +933,17 @@ def _workload(
     one_out = work / f"{one_kind}-one.parquet"
     one_args = [data["src"], data["best"], str(one_out), str(args.runs)]
     fns: dict[str, Callable[[], dict[str, Any]]] = {
-        "gpuspark": lambda: run_gp(cluster, data, work, args, conf),
-        "predict_batch_udf": lambda: run_udf(cluster, data, work, args, conf),
-        "one process": lambda: _one_process(one_kind, one_args),
+        "gpuspark": lambda: run_gp(apps, data, work, args, conf),
+        "predict_batch_udf": lambda: run_udf(apps, data, work, args, conf),
+        "one process": lambda: one.run(one_args),
     }
-    apps: dict[str, list[dict[str, Any]]] = {k: [] for k in CONTENDERS}
+    done: dict[str, list[dict[str, Any]]] = {k: [] for k in CONTENDERS}
     for r in range(args.rounds):
         for k in CONTENDERS[r % 3 :] + CONTENDERS[: r % 3]:
-            apps[k].append(fns[k]())
+            _say(f"{name}: {k}")
+            done[k].append(fns[k]())
     rows = args.rows if one_kind == "tabular" else args.studies
-    results = {k: _merge(apps[k], rows) for k in CONTENDERS}
+    results = {k: _merge(done[k], rows) for k in CONTENDERS}
     ref = _probs(one_out, id_col)
     diffs = {
         "gpuspark": _max_diff(_probs(work / out_gp, id_col), ref),
@@ -741,17 +960,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None, help="warm runs per application [3]")
     parser.add_argument("--rounds", type=int, default=None, help="applications per contender [2]")
     parser.add_argument("--cores", type=int, default=1, help="task slots per Spark worker")
-    parser.add_argument("--only", choices=("tabular", "resnet3d"), default=None)
-    parser.add_argument("--one-process", nargs=5, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--only", choices=("tabular", "resnet3d"), default=None, help="one workload only"
+    )
+    parser.add_argument("--one-process", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_process:
-        kind, src, best, out, runs = args.one_process
-        fn = one_process_tabular if kind == "tabular" else one_process_volume
-        print(json.dumps(fn(src, best, out, int(runs))))
-        return 0
-    args.rows = args.rows or (50_000 if args.quick else 1_000_000)
-    args.studies = args.studies or (12 if args.quick else 200)
-    args.runs = args.runs or (2 if args.quick else 3)
+        return _serve_one_process(args.one_process)
+    args.rows = args.rows or (20_000 if args.quick else 1_000_000)
+    args.studies = args.studies or (4 if args.quick else 200)
+    args.runs = args.runs or (1 if args.quick else 3)
     args.rounds = args.rounds or (1 if args.quick else 2)
     return _run(args)
 
@@ -763,15 +981,25 @@ def _run(args: Any) -> int:
     work = Path(tempfile.mkdtemp(prefix="gpuspark-bench-predict-"))
     load_before = os.getloadavg()[0]
     t_all = time.perf_counter()
-    cluster = LocalCluster(workers=2, cores=args.cores, memory="3g", gpus=1, state_dir=work / "c")
+    slots = 2 * args.cores
+    cluster = None
+    if not args.quick:
+        state = work / "c"
+        cluster = LocalCluster(workers=2, cores=args.cores, memory="3g", gpus=1, state_dir=state)
+    where = (
+        f"local[{slots}] (one application for every step)"
+        if cluster is None
+        else f"LocalCluster(workers=2, cores={args.cores}, gpus=1 simulated)"
+    )
     payload: dict[str, Any] = {
         "quick": args.quick,
         "settings": {
-            "cluster": f"LocalCluster(workers=2, cores={args.cores}, gpus=1 simulated)",
+            "cluster": where,
             "torch_threads_per_task": 1,
             "one_process_threads": "torch 1, pyarrow 1",
             "warm_runs_per_application": args.runs,
             "rounds": args.rounds,
+            "shared_application": args.quick,
             "tabular_rows": args.rows,
             "tabular_batch": TAB_BATCH,
             "studies": args.studies,
@@ -780,10 +1008,17 @@ def _run(args: Any) -> int:
             "load_avg_1m_before": load_before,
         },
     }
+    apps = _Apps(cluster, slots)
+    ones = {kind: _OneProcess(kind) for kind in ("tabular", "resnet3d")}
+    if args.quick:
+        for kind, one in ones.items():
+            if args.only in (None, kind):
+                one.start()
     try:
-        cluster.start()
+        if cluster is not None:
+            cluster.start()
         if args.only in (None, "tabular"):
-            data = _tabular_data(cluster, work, args.rows, {})
+            data = _tabular_data(apps, work, args.rows, 4 if args.quick else 8, {})
             # 4 input splits per task slot: both Spark contenders read the same splits
             split = max(2**20, data["bytes"] // (4 * 2 * args.cores))
             conf = {"spark.sql.files.maxPartitionBytes": str(split)}
@@ -795,21 +1030,29 @@ def _run(args: Any) -> int:
                 "tab-gpuspark",
                 "tab-udf",
             )
-            payload["tabular"] = _workload("tabular", cluster, work, args, conf, data, which)
+            payload["tabular"] = _workload(
+                "tabular", apps, work, args, conf, data, which, ones["tabular"]
+            )
             payload["tabular"]["input_bytes"] = data["bytes"]
         if args.only in (None, "resnet3d"):
             conf = {"spark.sql.shuffle.partitions": str(4 * args.cores)}
-            data = _volume_data(cluster, work, args.studies, conf)
-            which = (_volume_gpuspark, _volume_udf, "resnet3d", "id")
-            which += ("vol-gpuspark", "vol-udf")
-            payload["resnet3d"] = _workload("resnet3d", cluster, work, args, conf, data, which)
+            studies = (args.studies, 2 if args.quick else 8)
+            data = _volume_data(apps, work, studies, conf)
+            which = (_volume_gpuspark, _volume_udf, "resnet3d", "id", "vol-gpuspark", "vol-udf")
+            payload["resnet3d"] = _workload(
+                "resnet3d", apps, work, args, conf, data, which, ones["resnet3d"]
+            )
             payload["resnet3d"]["input_files"] = data["files"]
     finally:
-        cluster.stop()
+        for one in ones.values():
+            one.stop()
+        apps.stop()
+        if cluster is not None:
+            cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
     payload["settings"]["load_avg_1m_after"] = os.getloadavg()[0]
     payload["seconds"] = round(time.perf_counter() - t_all, 1)
-    name = "predict_quick" if args.quick else "predict"
+    name = "predict" + (f"_{args.only}" if args.only else "") + ("_quick" if args.quick else "")
     print(f"\n{payload['seconds']} s; wrote {write_results(name, payload)}")
     return 0
 

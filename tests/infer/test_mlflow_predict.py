@@ -257,3 +257,37 @@ def test_model_uri_without_mlflow_names_the_extra(
         "--model models:/risk/2 needs the [mlflow] extra: mlflow is not installed "
         "(pip install 'gpuspark[mlflow]')"
     )
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # one more training run of the flow; last in this module: it adds a version
+def test_train_resume_continues_the_same_mlflow_run(
+    flow: dict[str, Any], client: Any, run: Any
+) -> None:
+    """``train --resume --mlflow`` into the flow's checkpoint folder: the epochs after the
+    checkpoint go on in the run of ``models:/tabular/1`` (mlflow-run.json in the folder), at
+    their own steps, not in a new run."""
+    from gpuspark.cli.main import main
+
+    rid = run.info.run_id
+    record = json.loads((flow["work"] / "risk-run" / "mlflow-run.json").read_text())
+    assert record["run_id"] == rid
+    mp = pytest.MonkeyPatch()
+    mp.chdir(flow["work"])
+    mp.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    try:
+        argv = [
+            "train", "tabular", "--data", "risk-shards", "-n", "2", "--epochs", str(EPOCHS + 1),
+            "--batch-size", "256", "--checkpoint-dir", "risk-run", "--test-split", "test",
+            "--local", "--threads", "1", "--metrics-port", "0", "--mlflow", "./mlruns",
+            "--resume",
+        ]  # fmt: skip
+        assert main(argv) == 0
+    finally:
+        mp.undo()
+    again = client.get_run(rid)
+    assert again.info.status == "FINISHED" and again.data.tags["gpuspark.resumes"] == "1"
+    assert sorted(_per_step(client, rid, "loss")) == list(range(EPOCHS + 1))
+    runs = client.search_runs([again.info.experiment_id])
+    assert [r.info.run_id for r in runs] == [rid]  # no second run
+    assert client.get_model_version("tabular", "2").run_id == rid

@@ -249,3 +249,49 @@ class _Count:
 class _Bytes:
     def __init__(self, value: bytes) -> None:
         self.value = value
+
+
+def test_scoring_tasks_report_where_their_time_went(tmp_path: Path) -> None:
+    """Each task's phases (wall and CPU seconds, :class:`TaskClock`) reach the job's
+    statistics: summed per worker by the accumulator, over the workers in the result."""
+    import pyarrow as pa
+
+    from gpuspark.infer.features import CODES_COL, NUMBERS_COL, REASON_COL
+    from gpuspark.infer.result import worker_fields
+    from gpuspark.infer.worker import ScoreTask, TaskClock, WorkerStatsParam, score_function
+
+    loaded = load_model(_best_pt(tmp_path))
+    rng = np.random.default_rng(1)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "customer_id": [f"c{i}" for i in range(40)],
+            NUMBERS_COL: pa.array(list(rng.normal(size=(40, 2)).astype(np.float32)),
+                                  pa.list_(pa.float32())),
+            CODES_COL: pa.array(list(rng.integers(0, 3, size=(40, 1)).astype(np.int32)),
+                                pa.list_(pa.int32())),
+            REASON_COL: pa.nulls(40, pa.string()),
+        }
+    )  # fmt: skip
+    task = ScoreTask(
+        (loaded.path, loaded.mtime_ns), ("customer_id",), ("prob_0", "prob_1"), (0, 1),
+        "int64", 16, 2, 1,
+    )  # fmt: skip
+    stats = _Count()
+    counters = {"rows": _Count(), "quarantined": _Count()}
+    out = list(score_function(task, _Bytes(loaded.data), counters, stats)([batch]))
+    assert [b.num_rows for b in out] == [16, 16, 8] and counters["rows"].value == 40
+    (report,) = stats.value.values()
+    assert report["batches"] == 3 and report["rows"] == 40 and report["tasks"] == 1
+    phases = (*TaskClock.PHASES, *(f"{p}_cpu" for p in TaskClock.PHASES))
+    assert set(report["seconds"]) == set(phases)
+    assert all(v >= 0 for v in report["seconds"].values()) and report["seconds"]["model"] > 0
+
+    param = WorkerStatsParam()
+    merged = param.addInPlace(param.addInPlace({}, {"w1": report}), {"w1": report})
+    assert merged["w1"]["tasks"] == 2
+    assert merged["w1"]["seconds"]["model"] == pytest.approx(2 * report["seconds"]["model"])
+    fields = worker_fields({**merged, "w2": report})
+    assert fields["tasks"] == 3 and fields["workers"] == 2
+    assert fields["task_seconds"]["model"] == pytest.approx(
+        3 * report["seconds"]["model"], abs=1e-3
+    )

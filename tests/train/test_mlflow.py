@@ -118,7 +118,7 @@ def test_cli_mlflow_takes_an_optional_uri() -> None:
 
 # -- fit(..., tracking=...) against a real store -----------------------------------------------
 
-_SCRIPT = textwrap.dedent(
+FIT_SCRIPT = textwrap.dedent(
     """
     import os, socket, sys
     s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
@@ -133,9 +133,12 @@ _SCRIPT = textwrap.dedent(
     xs = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(4)]
     m = prepare(torch.nn.Linear(4, 2), compression="fp16")
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    cfg = FitConfig(epochs=2, log=None, metrics_port=0, checkpoint_dir=sys.argv[2])
+    # argv: URI CHECKPOINT_DIR [EPOCHS [new|resume [EXPERIMENT]]]
+    more = sys.argv[3:] + ["2", "new", "fit-test"][len(sys.argv) - 3:]
+    cfg = FitConfig(epochs=int(more[0]), log=None, metrics_port=0, checkpoint_dir=sys.argv[2],
+                    resume=more[1] == "resume")
     fit(m, opt, torch.nn.functional.cross_entropy, xs, config=cfg,
-        tracking=Tracking(uri=sys.argv[1], experiment="fit-test"))
+        tracking=Tracking(uri=sys.argv[1], experiment=more[2]))
     """
 )
 
@@ -147,7 +150,7 @@ def _fit_run(tmp_path: Path, uri: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     from mlflow import MlflowClient
 
     script = tmp_path / "run.py"
-    script.write_text(_SCRIPT)
+    script.write_text(FIT_SCRIPT)
     argv = [sys.executable, str(script), uri, str(tmp_path / "ckpt")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)

@@ -44,6 +44,9 @@ class PredictResult:
     devices: dict[str, int] = field(default_factory=dict)
     """Rows scored per device (``cpu``, ``cuda:0``, ...)."""
     timings: dict[str, float] = field(default_factory=dict)
+    task_seconds: dict[str, float] = field(default_factory=dict)
+    """Tables: the scoring tasks' wall seconds per phase, and their CPU seconds
+    (``<phase>_cpu``), summed over the tasks (see :class:`~gpuspark.infer.worker.TaskClock`)."""
     input: str = "table"
     """``table`` or ``dicom``."""
     inputs: int = 0
@@ -62,10 +65,13 @@ class PredictResult:
 def worker_fields(workers: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The result's ``tasks``, ``batches``, ``workers``, ``model_loads``,
     ``max_loads_per_worker`` and ``devices`` from the tasks' statistics
-    (:class:`~gpuspark.infer.worker.WorkerStatsParam`)."""
+    (:class:`~gpuspark.infer.worker.WorkerStatsParam`), and ``task_seconds`` (summed)."""
     devices: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     for w in workers.values():
         devices[str(w.get("device"))] = devices.get(str(w.get("device")), 0) + int(w["rows"])
+        for phase, value in (w.get("seconds") or {}).items():
+            seconds[phase] = seconds.get(phase, 0.0) + value
     return {
         "tasks": sum(w["tasks"] for w in workers.values()),
         "batches": sum(w["batches"] for w in workers.values()),
@@ -73,6 +79,7 @@ def worker_fields(workers: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "model_loads": sum(w["loads"] for w in workers.values()),
         "max_loads_per_worker": max((w["loads"] for w in workers.values()), default=0),
         "devices": devices,
+        "task_seconds": {k: round(v, 3) for k, v in seconds.items() if v},
     }
 
 

@@ -37,7 +37,7 @@ __all__ = [
 
 CHECKPOINT_NAME = re.compile(r"^step-(\d{9})\.(pt|dcp)$")
 """``.pt``: one file (DDP); ``.dcp``: a sharded checkpoint directory (:mod:`.sharded`)."""
-_RUN_FILES = ("best.pt", "history.json")
+_RUN_FILES = ("best.pt", "history.json", "mlflow-run.json")
 """What ``gpuspark train`` writes besides the checkpoints (in ``--out``, default the
 checkpoint directory)."""
 _RUN_TEMP = re.compile(r"^\.(step-\d{9}\.(pt|dcp)|best\.pt|history\.json)\.tmp")
@@ -119,7 +119,8 @@ def _remove(path: Path) -> None:
 
 def run_files(directory: str | os.PathLike[str]) -> list[Path]:
     """The files of a training run in ``directory``: checkpoints (and their temporary
-    names), ``best.pt``, ``history.json``; sorted by name. Nothing else is a run's."""
+    names), ``best.pt``, ``history.json``, ``mlflow-run.json``; sorted by name. Nothing else
+    is a run's."""
     d = Path(directory)
     if not d.is_dir():
         return []

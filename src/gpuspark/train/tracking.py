@@ -14,6 +14,11 @@ registered MLflow model (:meth:`TrackedRun.log_model`) whose ``python_function``
 :mod:`gpuspark.infer.pyfunc` (named by its module path: ``train`` does not import
 ``infer``), so ``gpuspark predict --model models:/NAME/VERSION`` scores with it.
 
+A run that writes checkpoints records its MLflow run in the checkpoint directory
+(:data:`RUN_FILE`); a resume of that run (``--resume``, or a restart that continues from the
+newest checkpoint) reopens the same MLflow run instead of opening a new one, so its epochs go
+on at their own steps in one run (:func:`start` with ``folder`` and ``resume``).
+
 MLflow is imported inside the functions that use it: the ``[mlflow]`` extra is optional.
 """
 
@@ -34,6 +39,7 @@ from gpuspark import storage
 from gpuspark._util.extras import require
 from gpuspark.errors import GpusparkError
 from gpuspark.train.checkpoint_dir import latest
+from gpuspark.train.mlflow_record import RUN_FILE, earlier_run, record_run, recorded_run, resumes
 
 __all__ = [
     "DEFAULT_STORE",
@@ -41,6 +47,7 @@ __all__ = [
     "FIT_PARAMS",
     "FLAVOR_MODULE",
     "MODEL_ARTIFACT",
+    "RUN_FILE",
     "TrackedRun",
     "Tracking",
     "epoch_values",
@@ -49,6 +56,7 @@ __all__ = [
     "flat_params",
     "import_mlflow",
     "prepare",
+    "recorded_run",
     "start",
     "tracking_uri",
 ]
@@ -201,9 +209,11 @@ def _number(value: Any) -> bool:
 class TrackedRun:
     """An open MLflow run of rank 0; every call logs to it (see the module docstring)."""
 
-    def __init__(self, tracking: Tracking, run_id: str) -> None:
+    def __init__(self, tracking: Tracking, run_id: str, *, resumed: bool = False) -> None:
         self.tracking = tracking
         self.run_id = run_id
+        self.resumed = resumed
+        """Whether this run continues one an earlier start opened (a resume)."""
         self.model_uri: str | None = None
         self.model_version: str | None = None
 
@@ -218,6 +228,18 @@ class TrackedRun:
         items = [param(k, v) for k, v in flat_params(params).items()]
         for i in range(0, len(items), 100):  # MLflow's batch limit: 100 parameters
             client.log_batch(self.run_id, params=items[i : i + 100])
+
+    def log_resumed_params(self, params: Mapping[str, Any]) -> None:
+        """Log nested ``params`` to a run that already has parameters (a resume): the new
+        ones as parameters; one whose value changed (MLflow never changes a parameter) as the
+        tag ``gpuspark.resumed.<name>`` holding the value the resume ran with."""
+        client = self._client()
+        before = client.get_run(self.run_id).data.params
+        now = flat_params(params)
+        self.log_params({k: v for k, v in now.items() if k not in before})
+        changed = {k: v for k, v in now.items() if k in before and before[k] != v}
+        for key, value in changed.items():
+            client.set_tag(self.run_id, f"gpuspark.resumed.{key}", value[:5000])
 
     def log_epoch(self, metrics: Mapping[str, Any]) -> None:
         """One epoch's numbers (:func:`epoch_values`) at step ``metrics["epoch"]``."""
@@ -284,6 +306,7 @@ class TrackedRun:
             "uri": self.tracking.uri,
             "experiment": self.tracking.experiment,
             "run_id": self.run_id,
+            "resumed": self.resumed,
             "run_uri": f"runs:/{self.run_id}/{MODEL_ARTIFACT}",
             "model_uri": self.model_uri,
             "model_name": self.tracking.model_name,
@@ -291,20 +314,52 @@ class TrackedRun:
         }
 
 
-def start(tracking: Tracking, params: Mapping[str, Any] | None = None) -> TrackedRun:
+def start(
+    tracking: Tracking,
+    params: Mapping[str, Any] | None = None,
+    *,
+    folder: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+) -> TrackedRun:
     """Open a run of ``tracking`` (call it on rank 0 only) and log ``params`` with the
-    driver's :attr:`Tracking.params`."""
+    driver's :attr:`Tracking.params`.
+
+    ``folder`` (the run's checkpoint directory) records the MLflow run (:data:`RUN_FILE`).
+    With ``resume``, the run recorded there (in this store and experiment) is reopened
+    (status ``RUNNING`` again) instead: its metrics go on at the steps the resumed epochs
+    log, new parameters are added and changed ones noted (:meth:`TrackedRun.log_resumed_params`).
+    Nothing recorded, another store, or a run the store no longer has: a new run (said in
+    the log)."""
     uri = tracking_uri(tracking.uri)
     tracking = replace(tracking, uri=uri)
     mlflow = use_store(uri)
     experiment = mlflow.set_experiment(tracking.experiment)
-    run = mlflow.MlflowClient().create_run(
-        experiment.experiment_id,
-        run_name=tracking.run_name,
-        tags={"gpuspark.model_name": str(tracking.model_name or "")},
-    )
-    tracked = TrackedRun(tracking, run.info.run_id)
-    tracked.log_params({**tracking.params, **(params or {})})
+    client = mlflow.MlflowClient()
+    all_params = {**tracking.params, **(params or {})}
+    earlier = earlier_run(client, uri, experiment.experiment_id, folder) if resume else None
+    if earlier is not None:
+        tracked = _reopen(client, tracking, earlier, all_params)
+    else:
+        run = client.create_run(
+            experiment.experiment_id,
+            run_name=tracking.run_name,
+            tags={"gpuspark.model_name": str(tracking.model_name or "")},
+        )
+        tracked = TrackedRun(tracking, run.info.run_id)
+        tracked.log_params(all_params)
+    if folder:
+        record_run(folder, uri, experiment.experiment_id, tracked.run_id)
+    return tracked
+
+
+def _reopen(client: Any, tracking: Tracking, run_id: str, params: Mapping[str, Any]) -> TrackedRun:
+    """Run ``run_id`` running again, its resume counted (tag ``gpuspark.resumes``) and
+    ``params`` logged (:meth:`TrackedRun.log_resumed_params`)."""
+    client.update_run(run_id, status="RUNNING")
+    client.set_tag(run_id, "gpuspark.resumes", str(resumes(client, run_id) + 1))
+    tracked = TrackedRun(tracking, run_id, resumed=True)
+    tracked.log_resumed_params(params)
+    log.info("MLflow: resumed run %s in %s", run_id, tracking.uri)
     return tracked
 
 
@@ -318,7 +373,9 @@ def fit_run(
 ) -> Iterator[TrackedRun | None]:
     """The run :func:`gpuspark.train.fit` logs its epochs to: ``None`` on ranks other than 0
     or without ``tracking``; an open :class:`TrackedRun` as it is (its owner closes it);
-    else (a :class:`Tracking` or a tracking URI) a new run, its parameters the loop's options
+    else (a :class:`Tracking` or a tracking URI) a run of :func:`start`, recorded in
+    ``config.checkpoint_dir``: the recorded one when the loop resumes (``config.resume`` and a
+    checkpoint there), else a new one; its parameters the loop's options
     (``config``, a ``FitConfig``: :data:`FIT_PARAMS`) and ``params``: when the block ends the
     newest checkpoint of ``config.checkpoint_dir`` is logged under ``checkpoint/`` and the run
     closed ``FINISHED`` (``FAILED`` when the block raises)."""
@@ -327,8 +384,9 @@ def fit_run(
         return
     options = {name: getattr(config, name) for name in FIT_PARAMS}
     given = tracking if isinstance(tracking, Tracking) else Tracking(uri=tracking)
-    run = start(given, {**options, **params})
     checkpoint_dir = config.checkpoint_dir
+    resume = bool(config.resume and checkpoint_dir and _has_checkpoint(checkpoint_dir))
+    run = start(given, {**options, **params}, folder=checkpoint_dir, resume=resume)
     try:
         yield run
     except BaseException:
@@ -338,6 +396,11 @@ def fit_run(
     if newest is not None:
         run.log_artifact(newest, "checkpoint")
     run.end()
+
+
+def _has_checkpoint(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``fit`` resumes from ``directory``: it holds a checkpoint (as in the loop)."""
+    return latest(directory) is not None
 
 
 def log_epoch_safely(run: TrackedRun | None, metrics: Mapping[str, Any]) -> None:

@@ -275,12 +275,18 @@ def train(name: str, cfg: RecipeConfig, tracking: tracked.Tracking | None = None
     metrics, the best epoch and its scores, dataset sizes and the model's parameter count.
     With ``tracking`` (checked by :func:`gpuspark.train.tracking.prepare`), rank 0 logs the
     run to MLflow and registers ``best.pt`` (:mod:`gpuspark.train.tracking`); its summary's
-    ``tracking`` says where.
+    ``tracking`` says where. A resumed run (``--resume``, or a restart) continues the MLflow
+    run its checkpoint directory records.
     """
     world = World.detect()  # before the process group: prepare() starts it, in _train
     run = None
     if tracking is not None and world.rank == 0:
-        run = tracked.start(tracking, _run_params(name, cfg, world.world_size))
+        run = tracked.start(
+            tracking,
+            _run_params(name, cfg, world.world_size),
+            folder=cfg.checkpoint.checkpoint_dir,
+            resume=cfg.checkpoint.resume or _restarted(cfg),
+        )
     try:
         summary = _train(name, cfg, run)
     except BaseException:
