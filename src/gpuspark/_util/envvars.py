@@ -15,6 +15,7 @@ __all__ = [
     "CACHE_DIR",
     "DEBUG",
     "FORKSERVER_SYS_PATH",
+    "JVM_TUNING",
     "K8S_TOKEN",
     "KEEP_LOGS",
     "LOG_DIR",
@@ -81,6 +82,12 @@ CACHE_DIR = EnvVar(
     "the DataFrame cache of `from_dataframe`",
     "`gpuspark-data/dataframes`",
 )
+JVM_TUNING = EnvVar(
+    "GPUSPARK_JVM_TUNING",
+    "`0`: drivers and executors on this machine start with the JVM's default options "
+    "(no class-data-sharing archive, no light JIT and GC)",
+    "`1`",
+)
 KEEP_LOGS = EnvVar("GPUSPARK_KEEP_LOGS", "`1`: a launch keeps its agents' and ranks' logs")
 QUOTA_DIR = EnvVar(
     "GPUSPARK_QUOTA_DIR",
@@ -141,6 +148,7 @@ ALL: tuple[EnvVar, ...] = (
     DEBUG,
     MONITOR_DIR,
     CACHE_DIR,
+    JVM_TUNING,
     KEEP_LOGS,
     QUOTA_DIR,
     K8S_TOKEN,

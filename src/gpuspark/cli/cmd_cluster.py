@@ -151,6 +151,9 @@ def up(
     status = cluster.status().as_dict()
     status["startup_seconds"] = round(time.monotonic() - t0, 2)
     _show(status, json_out, note=f"started in {status['startup_seconds']} s")
+    from gpuspark.cluster.jvm import build_in_background
+
+    build_in_background()  # once per installation: later drivers start faster (cluster.jvm)
 
 
 def _add_connect(running: Any, port: int | None, json_out: bool) -> None:

@@ -40,6 +40,7 @@ from gpuspark.cluster.conf import driver_metrics_conf, spark_conf
 from gpuspark.cluster.connect_session import connect_plan, connect_session, through_connect
 from gpuspark.cluster.driver_log import driver_java_options, write_log_config
 from gpuspark.cluster.fit import check_fits
+from gpuspark.cluster.jvm import java_options
 from gpuspark.cluster.plan import SessionPlan, local_defaults
 from gpuspark.cluster.security import missing_secret, read_secret, security_conf
 from gpuspark.cluster.state import ClusterState
@@ -251,7 +252,8 @@ def session_plan(
     if cluster is None and backend.has_workers and not backend.is_embedded(target):
         cluster = _embedded_at(target, state_dir)
     master_ui = None
-    if backend.is_embedded(target) or cluster is not None:
+    embedded = backend.is_embedded(target) or cluster is not None
+    if embedded:
         found = _embedded(cluster, state_dir)
         connect = through_connect(
             found.state, data, backend.is_embedded(target), dataframe_only=dataframe_only
@@ -277,6 +279,10 @@ def session_plan(
     merged.update(_python_conf(_executor_python(merged, backend)))
     merged.update(asked)
     _route_driver_log(merged)
+    if embedded or backend.is_local(resolved):
+        # The driver and executors start on this machine (see .jvm).
+        training = JobKind(kind) is JobKind.TRAINING
+        java_options(merged, driver_light=embedded, executor_light=embedded and training)
     backend.check_session(resolved, merged)
     check_slots(merged)
     env = {"PYSPARK_PYTHON": merged["spark.pyspark.python"]}
