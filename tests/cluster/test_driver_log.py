@@ -14,7 +14,8 @@ def test_plan_points_the_driver_at_the_config(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("GPUSPARK_LOG_DIR", str(tmp_path))
     monkeypatch.setattr(driver_log, "_FILE", None)
     options = session_plan("local[2]").conf["spark.driver.extraJavaOptions"]
-    assert options == f"-Dlog4j2.configurationFile=file:{tmp_path}/" + (
+    first = options.split(" ")[0]  # then the JVM start-up options (gpuspark.cluster.jvm)
+    assert first == f"-Dlog4j2.configurationFile=file:{tmp_path}/" + (
         driver_log.driver_log_file().name.replace(".log", ".log4j2.properties")
     )
 

@@ -165,3 +165,33 @@ def test_keep_last_k_and_world_size_mismatch(tmp_path: Path) -> None:
     torch.save(payload, tmp_path / "step-000000006.pt")
     with pytest.raises(ck.CheckpointError, match="written by 4 ranks, this run has 1"):
         ck.load(tmp_path, model=model)
+
+
+def test_an_elastic_rank_resumes_a_checkpoint_of_another_world_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # launched with --min-ranks (GPUSPARK_MIN_RANKS): a retry with fewer ranks resumes; the
+    # weights and optimizer load, the other world's per-rank RNG state does not
+    import torch
+
+    from gpuspark.train import checkpoint as ck
+
+    model = torch.nn.Linear(3, 2)
+    ck.save(tmp_path, model=model, epoch=1, step=7)
+    newest = ck.latest(tmp_path)
+    assert newest is not None
+    payload = torch.load(newest, weights_only=False)
+    payload["world_size"] = 2
+    payload["ranks"] = [payload["ranks"][0], payload["ranks"][0]]
+    payload["ranks"][0] = {**payload["ranks"][0], "rng": {"broken": True}}  # must stay unread
+    torch.save(payload, tmp_path / "step-000000008.pt")
+    monkeypatch.setenv("GPUSPARK_MIN_RANKS", "1")
+    fresh = torch.nn.Linear(3, 2)
+    res = ck.load(tmp_path, model=fresh)
+    assert res is not None and res.world_size == 2 and res.step == 7
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters(), strict=True)
+    )
+    monkeypatch.delenv("GPUSPARK_MIN_RANKS")
+    with pytest.raises(ck.CheckpointError, match="written by 2 ranks, this run has 1"):
+        ck.load(tmp_path, model=fresh)

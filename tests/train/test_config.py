@@ -46,6 +46,7 @@ RUN_FLAGS = {
     "max_restarts",
     "max_attempts",
     "collective_timeout",
+    "min_ranks",
     "metrics_port",
     "metrics_host",
     "team",

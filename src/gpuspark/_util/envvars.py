@@ -21,6 +21,7 @@ __all__ = [
     "LOG_DIR",
     "METRICS_HOST",
     "METRICS_PORT",
+    "MIN_RANKS",
     "MONITOR_DIR",
     "QUOTA_DIR",
     "RANK_DIR",
@@ -113,6 +114,12 @@ ATTEMPT = EnvVar(
     "GPUSPARK_ATTEMPT", "attempt of the barrier stage, from 0", "`0`", set_by="launcher"
 )
 TEAM = EnvVar("GPUSPARK_TEAM", "the job's team (the `team` label)", set_by="launcher")
+MIN_RANKS = EnvVar(
+    "GPUSPARK_MIN_RANKS",
+    "the launch's `--min-ranks`: a retry after a lost host may run fewer ranks, and a rank "
+    "resumes a checkpoint written by another number of ranks",
+    set_by="launcher",
+)
 METRICS_PORT = EnvVar(
     "GPUSPARK_METRICS_PORT",
     "base port of the ranks' `/metrics` (+ local rank; `0`: off)",
@@ -157,6 +164,7 @@ ALL: tuple[EnvVar, ...] = (
     RUN_ID,
     ATTEMPT,
     TEAM,
+    MIN_RANKS,
     METRICS_PORT,
     METRICS_HOST,
     RANK_DIR,

@@ -117,6 +117,16 @@ def launch(
             min=1,
         ),
     ] = None,
+    min_ranks: Annotated[
+        int | None,
+        typer.Option(
+            "--min-ranks",
+            metavar="K",
+            help="Elastic: after a lost host, retry (--max-attempts) on the ranks the hosts "
+            "left can hold, at least K; the ranks resume checkpoints of another world size.",
+            min=1,
+        ),
+    ] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo.")] = "auto",
     local: Annotated[bool, typer.Option("--local", help="Run on this machine, no Spark.")] = False,
     dry_run: Annotated[
@@ -171,6 +181,7 @@ def launch(
         max_attempts=max_attempts,
         timeout=timeout,
         collective_timeout=collective_timeout,
+        min_ranks=min_ranks,
         master=master,
         team=team,
         metrics_port=metrics_port,
@@ -237,6 +248,7 @@ def _plan(req: LaunchRequest) -> dict[str, Any]:
         "max_attempts": req.max_attempts,
         "timeout": req.timeout,
         "collective_timeout": req.collective_timeout,
+        "min_ranks": req.min_ranks,
         "barrier_stage": stage,
         "team": req.team,
         "metrics": {"port": req.metrics_port, "host": req.metrics_host},

@@ -75,6 +75,17 @@ def _run_options(
             "from the newest checkpoint).",
         ),
     ] = 1,
+    min_ranks: Annotated[
+        int | None,
+        typer.Option(
+            "--min-ranks",
+            metavar="K",
+            help="Elastic: after a lost host, --max-attempts retries on the ranks the hosts "
+            "left can hold, at least K, from the newest checkpoint (the epoch's rest dealt "
+            "again to them).",
+            min=1,
+        ),
+    ] = None,
     collective_timeout: Annotated[
         float | None,
         typer.Option(

@@ -188,11 +188,34 @@ def _refit_after(lost: HostLostError, req: LaunchRequest, sc: Any) -> None:
     try:
         _preflight(req, sc)
     except LaunchError as unfit:
-        raise LaunchError(
-            f"host {lost.host} was lost and the rest of the cluster cannot run the retry: "
-            f"{unfit.message}",
-            remedy=unfit.remedy,
-        ) from None
+        if not _shrink(req, sc, lost):
+            raise LaunchError(
+                f"host {lost.host} was lost and the rest of the cluster cannot run the retry: "
+                f"{unfit.message}",
+                remedy=unfit.remedy,
+            ) from None
+
+
+def _shrink(req: LaunchRequest, sc: Any, lost: HostLostError) -> bool:
+    """Elastic (``req.min_ranks``): the largest world, whole tasks fewer and at least
+    ``min_ranks``, that the hosts left can run becomes ``req.num_processes`` (said on the
+    console); ``False`` when none can, or the launch is not elastic."""
+    if req.min_ranks is None:
+        return False
+    before = req.num_processes
+    for n in range(before - req.per_task, req.min_ranks - 1, -req.per_task):
+        req.num_processes = n
+        try:
+            _preflight(req, sc)
+        except LaunchError:
+            continue
+        _note(
+            f"world size {before} -> {n}: host {lost.host} was lost; the retry runs on the "
+            f"hosts that remain (--min-ranks {req.min_ranks})"
+        )
+        return True
+    req.num_processes = before
+    return False
 
 
 def _note(text: str) -> None:

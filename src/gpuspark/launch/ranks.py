@@ -66,6 +66,8 @@ def rank_env(
     }
     if req.team:
         env[envvars.TEAM.name] = req.team
+    if req.min_ranks is not None:
+        env[envvars.MIN_RANKS.name] = str(req.min_ranks)
     if req.metrics_port is not None:
         env[envvars.METRICS_PORT.name] = str(req.metrics_port)
     if req.metrics_host:

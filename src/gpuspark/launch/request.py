@@ -47,6 +47,10 @@ class LaunchRequest:
     """Restarts of failed ranks by the elastic agent."""
     max_attempts: int = 1
     """Attempts of the whole barrier stage (the last one's failure is raised)."""
+    min_ranks: int | None = None
+    """Elastic: a retry after a lost host runs on as many ranks as the hosts that remain
+    hold, at least this many (``None``: always ``num_processes``); the ranks resume a
+    checkpoint written by another number of ranks."""
     timeout: float | None = None
     """Seconds per attempt (all ranks are stopped when it runs out), or None."""
     collective_timeout: float | None = None
@@ -138,6 +142,8 @@ class LaunchRequest:
             f"attempts={self.max_attempts} timeout={self.timeout}",
             f"collective timeout: {_seconds(self.collective_timeout)}",
         ]
+        if self.min_ranks is not None:
+            lines.append(f"elastic: a retry after a lost host runs >= {self.min_ranks} ranks")
         if self.local:
             lines.insert(0, "mode: local (this machine)")
         else:
@@ -217,6 +223,7 @@ def _check_shape(req: LaunchRequest) -> None:
             f"backend={req.backend!r} is not one of {', '.join(_BACKENDS)}"
             + did_you_mean(req.backend, _BACKENDS)
         )
+    _check_min_ranks(req)
     if req.max_restarts < 0 or req.max_attempts < 1:
         raise LaunchError(
             f"max_restarts={req.max_restarts}, max_attempts={req.max_attempts}",
@@ -237,6 +244,32 @@ def _check_shape(req: LaunchRequest) -> None:
         )
     _check_metrics_port(req.metrics_port)
     _check_collective_timeout(req.collective_timeout)
+
+
+def _check_min_ranks(req: LaunchRequest) -> None:
+    k = req.min_ranks
+    if k is None:
+        return
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= req.num_processes:
+        raise LaunchError(
+            f"min_ranks={k!r} must be a whole number from 1 to num_processes ({req.num_processes})",
+            remedy="--min-ranks K lets a retry continue on K or more ranks",
+        )
+    if req.local:
+        raise LaunchError(
+            f"min_ranks={k}: --local runs every rank on this machine, there is no host to lose",
+            remedy="drop --min-ranks, or run on Spark (drop --local)",
+        )
+    if k % req.per_task:
+        raise LaunchError(
+            f"min_ranks={k} is not a multiple of processes_per_task={req.per_task}",
+            remedy="a retry drops whole tasks (nodes): use a multiple of --nproc-per-node",
+        )
+    if req.max_attempts < 2:
+        raise LaunchError(
+            f"min_ranks={k} needs a retry to act on: max_attempts is {req.max_attempts}",
+            remedy="add --max-attempts 2 (or more)",
+        )
 
 
 _MAX_COLLECTIVE_TIMEOUT_S = 10**9

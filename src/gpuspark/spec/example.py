@@ -124,6 +124,9 @@ metrics_host = "0.0.0.0"       # the ranks' /metrics listen for a Prometheus on 
 # targets_dir = "/shared/prometheus/gpuspark-targets"   # file_sd directory Prometheus reads
 runbook_url = "https://wiki.example.com/gpuspark/runbook"
 
+[training]                     # the ranks of `gpuspark launch` and `gpuspark train`
+collective_timeout_s = 600     # a rank waits this long for a peer in one collective, then fails
+
 [security]                     # Spark authentication and encryption (`render spark --secure`)
 enabled = false                # true: every daemon and application shares the secret below
 secret_file = "~/.gpuspark/spark-secret"   # mode 600, the same on every node; made if missing
@@ -131,9 +134,6 @@ network_crypto = true          # AES on all Spark RPC traffic
 io_encryption = true           # shuffle and spill files encrypted on local disks
 acls = true                    # UI ACLs: admins view and modify, the teams' members view
 admins = ["alice"]
-
-[training]                     # the ranks of `gpuspark launch` and `gpuspark train`
-collective_timeout_s = 600     # a rank waits this long for a peer in one collective, then fails
 
 # Spark on Kubernetes (`gpuspark render k8s --spec cluster.toml -o k8s/`): every key is optional.
 # [kubernetes]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuspark._util import envvars
 from gpuspark.errors import CheckpointError
 from gpuspark.train import ddp
 from gpuspark.train.checkpoint_dir import (
@@ -85,6 +86,8 @@ class Resumed:
     extra: dict[str, Any]
     run_id: str | None = None
     """The run that wrote it (``None``: a checkpoint of a version without run ids)."""
+    world_size: int | None = None
+    """The number of ranks that wrote it (``None``: not recorded)."""
 
 
 @dataclass
@@ -273,15 +276,18 @@ def load(
             "gpuspark.train.sharded.export_consolidated",
         )
     rank, world, _ = _world()
-    _check_world(p, int(payload["world_size"]), world)
+    saved_world = int(payload["world_size"])
+    if not elastic_resume():
+        _check_world(p, saved_world, world)
     if config is not None:
         _check_fields(p, payload.get("config"), config)
     _load_model(p, _unwrap(model), payload["model"])
     for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
         if obj is not None and payload[key] is not None:
             obj.load_state_dict(payload[key])
-    mine = payload["ranks"][rank]
-    if restore_rng:
+    # another world (elastic): the ranks' own RNG and compression state start afresh
+    mine = payload["ranks"][rank] if saved_world == world else {}
+    if restore_rng and mine:
         set_rng_state(mine["rng"])
     if mine.get("comm") and hasattr(model, "gpuspark_info"):
         from gpuspark.train import ddp
@@ -295,7 +301,14 @@ def load(
         loader_state=payload["loader"],
         extra=payload["extra"],
         run_id=payload.get("run_id"),
+        world_size=saved_world,
     )
+
+
+def elastic_resume() -> bool:
+    """Whether this rank may resume a checkpoint of another world size: its launch has
+    ``--min-ranks`` (``GPUSPARK_MIN_RANKS``), so a retry can run fewer ranks."""
+    return bool(envvars.MIN_RANKS.get())
 
 
 def inspect(path_or_dir: str | os.PathLike[str]) -> CheckpointInfo | None:

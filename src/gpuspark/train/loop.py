@@ -242,9 +242,13 @@ def _log_resume(cfg: FitConfig, res: Any) -> None:
     if _rank()[0] != 0 or cfg.log is None:
         return
     restarts = _restarts()
+    world = _rank()[1]
+    moved = res.world_size is not None and res.world_size != world
     cfg.log(
         f"resumed from {cfg.checkpoint_dir} at epoch {res.epoch}, step {res.step_in_epoch} "
-        f"(global step {res.step})" + (f", restart {restarts}" if restarts else "")
+        f"(global step {res.step})"
+        + (f", restart {restarts}" if restarts else "")
+        + (f", world size {res.world_size} -> {world}" if moved else "")
     )
 
 

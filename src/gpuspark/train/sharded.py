@@ -207,6 +207,7 @@ def load(
         loader_state=meta["loader"],
         extra=meta["extra"],
         run_id=meta.get("run_id"),
+        world_size=int(meta["world_size"]),
     )
 
 

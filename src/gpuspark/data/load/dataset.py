@@ -8,7 +8,9 @@ flight (``prefetch`` per worker, see :class:`~gpuspark.data.load.loader.Loader`)
 Resume: :meth:`ShardDataset.state_dict` is ``(epoch, seed, consumed)``; loading it and
 iterating continues at position ``consumed`` of this rank's stream (the epoch and resume
 bookkeeping is :class:`~gpuspark.data.load.epochs.EpochPosition`'s, shared with
-:class:`~gpuspark.data.load.table.TableDataset`).
+:class:`~gpuspark.data.load.table.TableDataset`). A state saved by another number of ranks
+inside an epoch (an elastic run that lost a host) is dealt again: this world reads exactly
+the samples the saved one had not (:mod:`gpuspark.data.load.redeal`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gpuspark.data.load.order import (
     EpochOrder,
     worker_batches,
 )
+from gpuspark.data.load.redeal import Deal, Pool
 from gpuspark.data.load.world import World, in_worker
 
 if TYPE_CHECKING:
@@ -133,8 +136,18 @@ class ShardDataset(EpochPosition, iterable_base()):  # type: ignore[misc]
 
     @property
     def samples_per_rank(self) -> int:
-        """Samples each rank yields per epoch (equal on every rank)."""
-        return self.plan().per_rank
+        """Samples each rank yields per epoch (equal on every rank); after a world change
+        inside the epoch, those of the epoch's rest dealt to this world."""
+        return self.deal.per_rank if self.deal is not None else self.plan().per_rank
+
+    redeals = True
+
+    def unread(self, deal: Deal | None, world_size: int, consumed: int) -> Pool:
+        """Epoch positions a world of ``world_size`` had not read at ``consumed`` per rank."""
+        if deal is None:
+            plan = self.plan()
+            deal = Deal(Pool.whole(plan.total), world_size, self.drop_last, 0)
+        return deal.rest(consumed)
 
     def extent_state(self) -> dict[str, int]:
         """``samples_per_rank`` and ``total_records`` (checked on load) of this world."""
@@ -171,14 +184,21 @@ class ShardDataset(EpochPosition, iterable_base()):  # type: ignore[misc]
         (``counters``: ``positions`` covered, ``skipped`` records, cache deltas). ``world``
         (rank and DataLoader worker) defaults to the detected one."""
         world = world or self._worker_world()
-        plan = self.plan()
-        start, stop = plan.resume_range(world.rank, self.consumed)
+        plan, deal = self.plan(), self.deal
+        if deal is None:
+            start, stop = plan.resume_range(world.rank, self.consumed)
+        else:
+            start, stop = self.consumed, deal.per_rank
         reader = _Reader(self)
         try:
             for begin, end in worker_batches(
                 start, stop, batch_size, world.worker_id, world.num_workers
             ):
-                yield reader.batch(plan, begin, end)
+                if deal is None:
+                    positions = np.arange(begin, end)
+                else:
+                    positions = deal.positions(world.rank, begin, end)
+                yield reader.batch(plan, positions)
         finally:
             reader.close()
 
@@ -241,9 +261,10 @@ class _Reader:
         sample = decode_example_views(payload, self.ds.manifest.schema)  # arrays: no copy
         return self.ds.prepare(sample)
 
-    def batch(self, plan: EpochOrder, begin: int, end: int) -> tuple[list[Any], dict[str, int]]:
+    def batch(self, plan: EpochOrder, positions: np.ndarray) -> tuple[list[Any], dict[str, int]]:
+        """The samples at epoch ``positions`` and the counters of reading them."""
         before = self.cache.stats.as_dict() if self.cache else {}
-        shards, records = plan.lookup(np.arange(begin, end))
+        shards, records = plan.lookup(positions)
         samples, skipped = [], 0
         for s, r in zip(shards.tolist(), records.tolist(), strict=True):
             try:
@@ -252,7 +273,7 @@ class _Reader:
                 if self.ds.on_error == "raise":
                     raise
                 skipped += 1
-        counters = {"positions": end - begin, "skipped": skipped}
+        counters = {"positions": int(positions.size), "skipped": skipped}
         if self.cache:
             after = self.cache.stats.as_dict()
             counters.update({k: after[k] - before[k] for k in after})

@@ -34,6 +34,7 @@ from gpuspark.data.load.access import OpenShards
 from gpuspark.data.load.dataset import select_shards
 from gpuspark.data.load.decode import decode_example_views
 from gpuspark.data.load.epochs import EpochPosition
+from gpuspark.data.load.redeal import Deal, Pool
 from gpuspark.data.load.table_order import DEFAULT_SHUFFLE_ROWS, TableOrder
 from gpuspark.data.load.world import World
 from gpuspark.errors import TableError
@@ -94,7 +95,7 @@ class TableDataset(EpochPosition):
         self._world = world
         self._blocks = self._block_table()
         self.start_position()
-        self._plan: tuple[tuple[int, int, int], TableOrder] | None = None
+        self._plan: tuple[tuple[int, int, int, Deal | None], TableOrder] | None = None
         self.plan()  # validates the sizes against the world now
 
     def _block_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -122,7 +123,8 @@ class TableDataset(EpochPosition):
     def plan(self, epoch: int | None = None) -> TableOrder:
         """The :class:`TableOrder` of ``epoch`` (default: the current one) for this world."""
         epoch = self.epoch if epoch is None else epoch
-        key = (epoch, self.seed, self.world.world_size)
+        deal = self.deal if epoch == self.epoch else None
+        key = (epoch, self.seed, self.world.world_size, deal)
         if self._plan is None or self._plan[0] != key:
             shards, records, rows = self._blocks
             plan = TableOrder(
@@ -135,6 +137,7 @@ class TableDataset(EpochPosition):
                 shuffle=self.shuffle,
                 window=self.shuffle_rows,
                 drop_last=self.drop_last,
+                deal=deal,
             )
             self._plan = (key, plan)
         return self._plan[1]
@@ -152,6 +155,18 @@ class TableDataset(EpochPosition):
     def extent_state(self) -> dict[str, int]:
         """``rows`` of the dataset (checked on load)."""
         return {"rows": self.rows}
+
+    redeals = True
+
+    def unread(self, deal: Deal | None, world_size: int, consumed: int) -> Pool:
+        """Positions a world of ``world_size`` (reading ``deal``) had not read at
+        ``consumed`` rows per rank, rank after rank."""
+        shards, records, rows = self._blocks
+        old = TableOrder(
+            shards, records, rows, world_size=world_size, seed=self.seed, epoch=self.epoch,
+            shuffle=self.shuffle, window=self.shuffle_rows, drop_last=self.drop_last, deal=deal,
+        )  # fmt: skip
+        return Pool.join([old.unread(rank, consumed) for rank in range(world_size)])
 
     # -- iteration ------------------------------------------------------------------------
 

@@ -14,7 +14,10 @@ manifest alone (rows per shard, ``block_rows``), an epoch is laid out as:
    spans ``window / block_rows`` neighbouring blocks, so reading stays sequential.
 
 Resume is arithmetic: position ``consumed`` of a rank's stream is row ``consumed % window``
-of window ``consumed // window``. Pure numpy; no file access.
+of window ``consumed // window``. After a world change inside the epoch, a
+:class:`~gpuspark.data.load.redeal.Deal` replaces step 2: rank ``r`` reads its part of the
+positions the old world had not read (:meth:`TableOrder.unread`), window-shuffled as in
+step 3 (seeded with the deal's generation too). Pure numpy; no file access.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from gpuspark.data.load.redeal import Deal, Pool
 from gpuspark.errors import LoaderError
 
 __all__ = ["DEFAULT_SHUFFLE_ROWS", "Piece", "TableOrder"]
@@ -54,6 +58,7 @@ class TableOrder:
         shuffle: bool = True,
         window: int = DEFAULT_SHUFFLE_ROWS,
         drop_last: bool = True,
+        deal: Deal | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"shuffle_rows must be >= 1, got: {window}")
@@ -61,6 +66,7 @@ class TableOrder:
             raise ValueError(f"seed must be >= 0, got: {seed}")
         self.world_size, self.seed, self.epoch = world_size, seed, epoch
         self.shuffle, self.window, self.drop_last = shuffle, window, drop_last
+        self.deal = deal
         order = np.arange(np.size(rows))
         if shuffle:
             order = np.random.default_rng((seed, epoch)).permutation(np.size(rows))
@@ -71,6 +77,8 @@ class TableOrder:
         self._check()
 
     def _check(self) -> None:
+        if self.deal is not None:  # the rest of an epoch: it may leave a rank nothing
+            return
         if self.total == 0:
             raise LoaderError("the table dataset has no rows", remedy="write some rows first")
         if self.per_rank == 0:
@@ -87,7 +95,9 @@ class TableOrder:
 
     @property
     def per_rank(self) -> int:
-        """Rows every rank reads this epoch (``P``)."""
+        """Rows every rank reads this epoch (``P``; of the deal, when there is one)."""
+        if self.deal is not None:
+            return self.deal.per_rank
         n, w = self.total, self.world_size
         return n // w if self.drop_last else -(-n // w)
 
@@ -106,13 +116,20 @@ class TableOrder:
         if not self.shuffle:
             return None
         begin, end = self.window_range(k)
-        rng = np.random.default_rng((self.seed, self.epoch, rank, k))
-        return rng.permutation(end - begin)
+        key: tuple[int, ...] = (self.seed, self.epoch, rank, k)
+        if self.deal is not None:
+            key += (self.deal.generation,)
+        return np.random.default_rng(key).permutation(end - begin)
 
     def pieces(self, rank: int, begin: int, end: int) -> list[Piece]:
         """The block slices holding positions ``[begin, end)`` of ``rank``'s stream, in order
         (padding wraps around to the first rows of the epoch)."""
         out: list[Piece] = []
+        if self.deal is not None:
+            runs = Pool.of(self.deal.positions(rank, begin, end))
+            for a, n in zip(runs.starts.tolist(), runs.lengths.tolist(), strict=True):
+                out.extend(self._contiguous(a, a + n))
+            return out
         start = rank * self.per_rank + begin
         left = end - begin
         while left > 0:
@@ -122,6 +139,31 @@ class TableOrder:
             left -= b - a
             start += b - a
         return out
+
+    def unread(self, rank: int, consumed: int) -> Pool:
+        """The positions ``rank`` had not read after delivering ``consumed`` rows of its
+        stream (the rest of its window in reading order, then its later windows); padding
+        excluded."""
+        if consumed >= self.per_rank:
+            return Pool.of(np.zeros(0, dtype=np.int64))
+        k = consumed // self.window
+        begin, end = self.window_range(k)
+        perm = self.window_perm(rank, k)
+        order = np.arange(end - begin) if perm is None else perm
+        head = np.sort(begin + order[consumed - begin :])
+        tail = np.arange(end, self.per_rank, dtype=np.int64)
+        index = np.concatenate((head, tail))  # indices of the rank's sequence
+        if self.deal is not None:
+            first, pool = rank * self.per_rank, self.deal.pool
+            runs = Pool.of(first + index[first + index < pool.size])  # indices into the pool
+            return Pool.join(
+                [
+                    pool.take(a, a + n)
+                    for a, n in zip(runs.starts.tolist(), runs.lengths.tolist(), strict=True)
+                ]
+            )
+        positions = rank * self.per_rank + index
+        return Pool.of(positions[positions < self.total])
 
     def _contiguous(self, a: int, b: int) -> list[Piece]:
         """Pieces of global positions ``[a, b)``, ``0 <= a < b <= N``."""

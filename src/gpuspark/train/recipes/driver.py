@@ -120,6 +120,7 @@ def run(
     max_restarts: int = 0,
     max_attempts: int = 1,
     collective_timeout: float | None = None,
+    min_ranks: int | None = None,
     tracking: Tracking | str | None = None,
 ) -> TrainSummary:
     """Launch :func:`~.rank.train` on ``num_processes`` ranks and return rank 0's summary.
@@ -138,7 +139,9 @@ def run(
     times; ``max_attempts``: the whole barrier stage is retried (e.g. after a lost host). A
     restart or retry resumes from the newest checkpoint of ``cfg.checkpoint_dir`` (without
     one it starts over). ``collective_timeout``: seconds a rank waits in one collective for
-    its peers (default: the spec's ``[training] collective_timeout_s``).
+    its peers (default: the spec's ``[training] collective_timeout_s``). ``min_ranks``:
+    elastic, a retry after a lost host runs on the ranks the hosts left hold (at least this
+    many), resuming the newest checkpoint with the epoch's rest dealt again to them.
 
     ``tracking`` (a :class:`~gpuspark.train.tracking.Tracking` or a tracking URI, ``""``:
     ``MLFLOW_TRACKING_URI`` else ``./mlruns``): rank 0 logs the run to MLflow and registers
@@ -172,6 +175,7 @@ def run(
         "max_restarts": max_restarts,
         "max_attempts": max_attempts,
         "collective_timeout": collective_timeout,
+        "min_ranks": min_ranks,
         "job": job,
     }
     if local:
