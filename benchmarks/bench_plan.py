@@ -26,16 +26,22 @@ and relative to the measured share. The JSON also keeps, per side, the minimum o
 repetitions (``best_of_n``, as ``timeit`` does): it assumes some repetition ran undisturbed,
 which under sustained load is not so, and then compares two lucky draws.
 
-    python benchmarks/bench_plan.py [--quick]
+With ``--netns`` (root): the two ranks on two namespace hosts whose links are shaped to
+``--link-rate`` (default 200mbit, where communication is about half the resnet3d step),
+calibrated on those links: the planner where communication matters (resnet3d only).
+
+    python benchmarks/bench_plan.py [--quick] [--netns [--link-rate RATE]]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,8 +143,9 @@ def _predict(cal: Any, recipe: str, batch: int, comp: str) -> Any:
 
 
 def _run_case(
-    recipe: str, case: dict[str, Any], batch: int, steps: int, reps: int
+    recipe: str, case: dict[str, Any], batch: int, steps: int, reps: int, spark: Any = None
 ) -> list[dict[str, Any]]:
+    """One network's comparisons: ranks local, or on ``spark`` (the namespace hosts)."""
     from gpuspark import launch
     from gpuspark.plan import CalibrateOptions
 
@@ -146,7 +153,8 @@ def _run_case(
         recipe=recipe, options=case["options"], input_shape=case["input"], batch=batch,
         steps=steps, iters=10, decode=False, compressions=COMPRESSIONS,
     )  # fmt: skip
-    res = launch.run(_rank, opts, reps, num_processes=2, local=True, backend="gloo")
+    where: dict[str, Any] = {"local": True} if spark is None else {"spark": spark}
+    res = launch.run(_rank, opts, reps, num_processes=2, backend="gloo", timeout=7200, **where)
     return [_compare(opts, res, comp, reps) for comp in COMPRESSIONS]
 
 
@@ -226,15 +234,27 @@ def _print(rows: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller networks, fewer steps (< 60 s)")
+    ap.add_argument(
+        "--netns",
+        action="store_true",
+        help="ranks on 2 namespace hosts with shaped links (root), resnet3d only",
+    )
+    ap.add_argument("--link-rate", default="200mbit", help="--netns: each host's link rate")
     args = ap.parse_args(argv)
     cases = QUICK if args.quick else CASES
     batch, steps, reps = (4, 4, 1) if args.quick else (8, 8, 7)
+    if args.netns:
+        cases = {"resnet3d": cases["resnet3d"]}
+        reps = 1 if args.quick else 5
     t0 = time.perf_counter()
     rows = []
-    for recipe, case in cases.items():
-        rows += _run_case(recipe, case, batch, steps, reps)
+    with _ranks_at(args.netns, args.link_rate) as spark:
+        for recipe, case in cases.items():
+            rows += _run_case(recipe, case, batch, steps, reps, spark)
     wall = time.perf_counter() - t0
-    print("bench_plan: 2 local gloo ranks, 1 thread each; predicted vs measured per step")
+    where = f"2 gloo ranks on namespace hosts, links {args.link_rate}" if args.netns else (
+        "2 local gloo ranks")  # fmt: skip
+    print(f"bench_plan: {where}, 1 thread each; predicted vs measured per step")
     _print(rows)
     worst = max(abs(r["step_error_pct"]) for r in rows)
     worst_rel = max(abs(r["comm_share_error_rel_pct"]) for r in rows)
@@ -252,10 +272,27 @@ def main(argv: list[str] | None = None) -> int:
             f"comm share {b['comm_share_error_pts']:+.1f} pts"
         )
     result = {"quick": args.quick, "rows": rows, "worst_step_error_pct": worst,
-              "worst_comm_share_error_rel_pct": worst_rel, "wall_s": wall}  # fmt: skip
-    path = write_results("plan" + ("_quick" if args.quick else ""), result)
+              "worst_comm_share_error_rel_pct": worst_rel, "wall_s": wall,
+              "netns_link_rate": args.link_rate if args.netns else None}  # fmt: skip
+    name = "plan" + ("_netns" if args.netns else "") + ("_quick" if args.quick else "")
+    path = write_results(name, result)
     print(f"results: {path}")
     return 0
+
+
+@contextlib.contextmanager
+def _ranks_at(netns: bool, rate: str) -> Iterator[Any]:
+    """``None`` (local ranks), or a training session on 2 namespace hosts at ``rate``."""
+    if not netns:
+        yield None
+        return
+    import _comm_netns
+
+    why = _comm_netns.can_run()
+    if why is not None:
+        raise SystemExit(f"bench_plan: {why}")
+    with _comm_netns.netns_session(rate) as spark:
+        yield spark
 
 
 if __name__ == "__main__":
