@@ -27,6 +27,28 @@ def new_app(**settings: Any) -> typer.Typer:
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+CollectiveTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--collective-timeout",
+        metavar="SECONDS",
+        help="Seconds a rank waits in one collective for its peers before it fails: the "
+        "default timeout of init_process_group in every rank (a host cut off ends the run "
+        "within about this long) [default: the spec's [training] collective_timeout_s, 600].",
+        min=1,
+    ),
+]
+MinRanksOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--min-ranks",
+        metavar="K",
+        help="Elastic: after a lost host, --max-attempts retries on the ranks the hosts left "
+        "can hold, at least K; they resume the newest checkpoint, written by another world "
+        "size (the loaders deal the epoch's rest again to them).",
+        min=1,
+    ),
+]
 SpecOpt = Annotated[
     Path | None,
     typer.Option(

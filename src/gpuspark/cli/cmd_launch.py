@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpuspark.cli._common import (
+    CollectiveTimeoutOpt,
     ConfOpt,
     JsonOpt,
     MasterOpt,
+    MinRanksOpt,
     SpecOpt,
     print_json,
     spec_with_conf,
@@ -105,28 +107,8 @@ def launch(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Seconds in all.", min=1)
     ] = None,
-    collective_timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--collective-timeout",
-            metavar="SECONDS",
-            help="Seconds a rank waits in one collective for its peers before it fails: the "
-            "default timeout of init_process_group in every rank (a host cut off ends the "
-            "launch within about this long) [default: the spec's [training] "
-            "collective_timeout_s, 600].",
-            min=1,
-        ),
-    ] = None,
-    min_ranks: Annotated[
-        int | None,
-        typer.Option(
-            "--min-ranks",
-            metavar="K",
-            help="Elastic: after a lost host, retry (--max-attempts) on the ranks the hosts "
-            "left can hold, at least K; the ranks resume checkpoints of another world size.",
-            min=1,
-        ),
-    ] = None,
+    collective_timeout: CollectiveTimeoutOpt = None,
+    min_ranks: MinRanksOpt = None,
     backend: Annotated[str, typer.Option("--backend", help="auto, nccl or gloo.")] = "auto",
     local: Annotated[bool, typer.Option("--local", help="Run on this machine, no Spark.")] = False,
     dry_run: Annotated[

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpuspark.cli._common import (
+    CollectiveTimeoutOpt,
     ConfOpt,
     JsonOpt,
     MasterOpt,
+    MinRanksOpt,
     SpecOpt,
     deprecated,
     echo,
@@ -75,28 +77,8 @@ def _run_options(
             "from the newest checkpoint).",
         ),
     ] = 1,
-    min_ranks: Annotated[
-        int | None,
-        typer.Option(
-            "--min-ranks",
-            metavar="K",
-            help="Elastic: after a lost host, --max-attempts retries on the ranks the hosts "
-            "left can hold, at least K, from the newest checkpoint (the epoch's rest dealt "
-            "again to them).",
-            min=1,
-        ),
-    ] = None,
-    collective_timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--collective-timeout",
-            metavar="SECONDS",
-            help="Seconds a rank waits in one collective for its peers before it fails (a "
-            "host cut off ends the run within about this long) [default: the spec's "
-            "[training] collective_timeout_s, 600].",
-            min=1,
-        ),
-    ] = None,
+    min_ranks: MinRanksOpt = None,
+    collective_timeout: CollectiveTimeoutOpt = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(help="Base port of the ranks' /metrics (+ local rank; 0: off; default 9700)."),

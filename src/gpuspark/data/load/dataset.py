@@ -69,6 +69,8 @@ class ShardDataset(EpochPosition, iterable_base()):  # type: ignore[misc]
     Epoch, position and resume: :class:`~gpuspark.data.load.epochs.EpochPosition`.
     """
 
+    redeals = True
+
     unit = "sample"
     extent_key = "total_records"
     extent_text = "a dataset of {} records"
@@ -139,8 +141,6 @@ class ShardDataset(EpochPosition, iterable_base()):  # type: ignore[misc]
         """Samples each rank yields per epoch (equal on every rank); after a world change
         inside the epoch, those of the epoch's rest dealt to this world."""
         return self.deal.per_rank if self.deal is not None else self.plan().per_rank
-
-    redeals = True
 
     def unread(self, deal: Deal | None, world_size: int, consumed: int) -> Pool:
         """Epoch positions a world of ``world_size`` had not read at ``consumed`` per rank."""

@@ -50,13 +50,17 @@ class EpochPosition:
     deal: Deal | None
     """The rest of the current epoch dealt to this world after a world change (``None``:
     the epoch's own split)."""
+    world_changes: list[dict[str, int]]
+    """The world changes this dataset dealt an epoch's rest for: ``epoch``, ``from`` and
+    ``to`` world sizes, ``rest`` (the positions dealt again)."""
     drop_last: bool
 
     def start_position(self) -> None:
-        """Epoch 0, nothing consumed."""
+        """Epoch 0, nothing consumed, no world change yet."""
         self.epoch = 0
         self.consumed = 0
         self.deal = None
+        self.world_changes = []
 
     @property
     def world(self) -> World:
@@ -135,12 +139,3 @@ class EpochPosition:
             self.world_changes.append(
                 {"epoch": self.epoch, "from": world_size, "to": now, "rest": rest.size}
             )
-
-    @property
-    def world_changes(self) -> list[dict[str, int]]:
-        """The world changes this dataset dealt an epoch's rest for: ``epoch``, ``from`` and
-        ``to`` world sizes, ``rest`` (the positions dealt again)."""
-        changes: list[dict[str, int]] | None = self.__dict__.get("_world_changes")
-        if changes is None:
-            changes = self.__dict__["_world_changes"] = []
-        return changes

@@ -135,10 +135,6 @@ class Deal:
         parts = np.split(i, cut)
         return np.concatenate([self.pool.positions(int(p[0]), int(p[-1]) + 1) for p in parts])
 
-    def rank_pool(self, rank: int) -> Pool:
-        """``rank``'s positions as a pool (padding included)."""
-        return Pool.of(self.positions(rank, 0, self.per_rank))
-
     def rest(self, consumed: int) -> Pool:
         """What the ranks have not read after each delivered ``consumed`` stream positions
         in order, rank after rank (padding of a ``drop_last=False`` deal excluded)."""

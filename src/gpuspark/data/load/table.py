@@ -60,6 +60,8 @@ class TableDataset(EpochPosition):
     :class:`~gpuspark.data.load.epochs.EpochPosition`.
     """
 
+    redeals = True
+
     unit = "row"
     extent_key = "rows"
     extent_text = "a table of {} rows"
@@ -126,21 +128,15 @@ class TableDataset(EpochPosition):
         deal = self.deal if epoch == self.epoch else None
         key = (epoch, self.seed, self.world.world_size, deal)
         if self._plan is None or self._plan[0] != key:
-            shards, records, rows = self._blocks
-            plan = TableOrder(
-                shards,
-                records,
-                rows,
-                world_size=key[2],
-                seed=self.seed,
-                epoch=epoch,
-                shuffle=self.shuffle,
-                window=self.shuffle_rows,
-                drop_last=self.drop_last,
-                deal=deal,
-            )
-            self._plan = (key, plan)
+            self._plan = (key, self._order(epoch, key[2], deal))
         return self._plan[1]
+
+    def _order(self, epoch: int, world_size: int, deal: Deal | None) -> TableOrder:
+        shards, records, rows = self._blocks
+        return TableOrder(
+            shards, records, rows, world_size=world_size, seed=self.seed, epoch=epoch,
+            shuffle=self.shuffle, window=self.shuffle_rows, drop_last=self.drop_last, deal=deal,
+        )  # fmt: skip
 
     @property
     def rows(self) -> int:
@@ -156,16 +152,10 @@ class TableDataset(EpochPosition):
         """``rows`` of the dataset (checked on load)."""
         return {"rows": self.rows}
 
-    redeals = True
-
     def unread(self, deal: Deal | None, world_size: int, consumed: int) -> Pool:
         """Positions a world of ``world_size`` (reading ``deal``) had not read at
         ``consumed`` rows per rank, rank after rank."""
-        shards, records, rows = self._blocks
-        old = TableOrder(
-            shards, records, rows, world_size=world_size, seed=self.seed, epoch=self.epoch,
-            shuffle=self.shuffle, window=self.shuffle_rows, drop_last=self.drop_last, deal=deal,
-        )  # fmt: skip
+        old = self._order(self.epoch, world_size, deal)
         return Pool.join([old.unread(rank, consumed) for rank in range(world_size)])
 
     # -- iteration ------------------------------------------------------------------------
