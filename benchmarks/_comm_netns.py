@@ -1,14 +1,14 @@
 """``bench_comm.py --netns``: gradient compression in seconds on a shaped link.
 
 Two namespace hosts (``gpuspark cluster up --hosts 2 --netns --link-rate RATE``, root only),
-one rank each, so every all-reduce crosses the two hosts' shaped links. For each compression
-(none, fp16, PowerSGD rank 1 and 4), from the same seed: train the resnet3d recipe's network
-for a fixed number of epochs on a small synthetic task (is the left or the right half of the
-volume brighter?), timing every step and the communication the step waited for
-(the DDP comm meter's exposed seconds), then score the held-out volumes. Configurations run
-one after another inside one launch, so they share the minute's load; the step times are
-medians over the steps after the first epoch (DDP's bucket rebuild and PowerSGD's plain
-start steps fall in epoch 0).
+one rank each, so every all-reduce crosses the two hosts' shaped links. For each
+configuration (none, none in one bucket, fp16, PowerSGD rank 1 and 4), from the same seed:
+train the resnet3d recipe's network for a fixed number of epochs on a small synthetic task
+(is the left or the right half of the volume brighter?), timing every step and the
+communication the step waited for (the DDP comm meter's exposed seconds), then score the
+held-out volumes. Configurations run one after another inside one launch, so they share the
+minute's load; the step times are medians over the steps after the first epoch (DDP's bucket
+rebuild and PowerSGD's plain start steps fall in epoch 0).
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-CONFIGS = [("none", None, 0), ("fp16", "fp16", 0), ("powersgd-r1", "powersgd", 1),
-           ("powersgd-r4", "powersgd", 4)]  # fmt: skip
+# (name, compression, PowerSGD rank, bucket_cap_mb): "none-cap25" is "none" with an explicit
+# 25 MiB cap, which puts this network in one bucket (no overlap with backward; see
+# docs/training.md, "Buckets"): the cost of the buckets DDP makes, side by side.
+CONFIGS = [("none", None, 0, None), ("none-cap25", None, 0, 25), ("fp16", "fp16", 0, None),
+           ("powersgd-r1", "powersgd", 1, None), ("powersgd-r4", "powersgd", 4, None)]  # fmt: skip
 
 
 def _volumes(n: int, size: int, seed: int) -> tuple[Any, Any]:
@@ -60,11 +63,11 @@ def train_configs(shape: dict[str, Any]) -> dict[str, Any]:
     val_x, val_y = _volumes(shape["val"], size, seed=2)
     cfg = RecipeConfig(data="-", depth=shape["depth"], width=shape["width"])
     out: dict[str, Any] = {}
-    for name, comp, r in CONFIGS:
+    for name, comp, r, cap in CONFIGS:
         torch.manual_seed(0)
         net = build_model("resnet3d", cfg, 2)
         model = ddp.prepare(net, compression=comp, powersgd_rank=max(r, 1),
-                            powersgd_start_iter=2)  # fmt: skip
+                            powersgd_start_iter=2, bucket_cap_mb=cap)  # fmt: skip
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         meter = ddp.comm_meter(model)
         step_s, exposed_s = [], []

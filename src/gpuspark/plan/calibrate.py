@@ -123,7 +123,7 @@ def _solo_ddp(net: Any, compression: str, rank: int) -> tuple[Any, _HookTimer]:
 
     groups = [dist.new_group([r]) for r in range(dist.get_world_size())]
     solo = groups[dist.get_rank()]
-    cap = 25.0
+    cap = None  # DDP's default buckets, as ddp.prepare
     if compression == "powersgd":
         cap = sum(p.numel() * 4 for p in net.parameters()) / 2**20 + 1  # as ddp.prepare on gloo
     model = DistributedDataParallel(net, process_group=solo, bucket_cap_mb=cap)
@@ -217,7 +217,7 @@ def _tail_bytes(net: Any, compression: str, rank: int) -> int:
     if compression == "powersgd":
         return sent // 3
     grads = [math.prod(s) * 4 for s in reversed(shapes)]
-    return int(f.bucket_sizes(grads, 25 * 2**20)[-1] * sent / raw)
+    return int(f.bucket_sizes(grads, f.DDP_BUCKET_BYTES)[-1] * sent / raw)
 
 
 def _tail_s(buf: Any) -> float:

@@ -7,9 +7,10 @@
   over NVLink, all-reduce of each GPU's ``B/g`` shard across nodes (the ``g`` shards share the
   node's link), all-gather inside the node. The byte terms add up to
   ``2(g-1)/g * B / nvlink_busbw + 2(N-1)/N * B / net_busbw``.
-- DDP buckets: DDP all-reduces gradients in buckets (the first bucket 1 MiB, then
-  ``bucket_cap_mb``, default 25 MB) as backward produces them; only the last bucket starts
-  after backward ends. Exposed time = ``max(t_last_bucket, t_all_buckets - t_backward)``.
+- DDP buckets: DDP all-reduces gradients in buckets as backward produces them (by default
+  the first bucket 1 MiB, then 25 MiB; a ``bucket_cap_mb`` given to DDP caps every bucket,
+  the first too); only the last bucket starts after backward ends.
+  Exposed time = ``max(t_last_bucket, t_all_buckets - t_backward)``.
 - Compression: fp16/bf16 halve every byte; PowerSGD rank ``r`` sends ``r(m+n)`` values per
   ``m x n`` matrix (a conv weight viewed as ``[out, in*k*k]``), like
   ``torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook``: rank capped at
@@ -25,6 +26,7 @@ import math
 from collections.abc import Sequence
 
 __all__ = [
+    "DDP_BUCKET_BYTES",
     "DDP_FIRST_BUCKET_BYTES",
     "bucket_sizes",
     "compressed_bytes",
@@ -36,7 +38,9 @@ __all__ = [
 ]
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024
-"""``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``: DDP's first bucket is 1 MiB."""
+"""``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``: DDP's first bucket is 1 MiB by default."""
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
+"""DDP's default ``bucket_cap_mb`` (25 MiB) in bytes."""
 
 
 def ring_allreduce_s(nbytes: float, ranks: int, busbw: float, latency_s: float) -> float:

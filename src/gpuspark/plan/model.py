@@ -78,7 +78,9 @@ class PlanRequest:
     epochs: float | None = None
     samples: int | None = None
     """Samples per epoch (default: the workload's, e.g. ImageNet's 1,281,167)."""
-    bucket_mb: float = 25.0
+    bucket_mb: float | None = None
+    """DDP's bucket cap in MiB, as given to ``gpuspark.train.prepare(bucket_cap_mb=)``;
+    ``None``: DDP's default (a 1 MiB first bucket, then 25 MiB)."""
     decode_per_core: float | None = None
     """Samples/s one CPU core decodes (overrides calibration and defaults; ``inf``: decoding
     happens on the GPUs, e.g. with DALI)."""
@@ -229,11 +231,14 @@ def _compute(req: PlanRequest, spec: ClusterSpec, cal: Calibration | None) -> tu
 
 def _buckets(req: PlanRequest, backend: str) -> list[int]:
     grads = [math.prod(s) * 4 for s in reversed(req.workload.shapes)]
-    cap = req.bucket_mb * 1024 * 1024
     if req.compression == "powersgd" and backend == "gloo":
         # gpuspark.train.ddp.prepare puts the whole model in one bucket on gloo.
         return [sum(grads)]
-    return f.bucket_sizes(grads, cap)
+    if req.bucket_mb is None:
+        return f.bucket_sizes(grads, f.DDP_BUCKET_BYTES)
+    # An explicit cap applies to the first bucket too (torch 2.13's BucketCapacityConfig).
+    cap = req.bucket_mb * 2**20
+    return f.bucket_sizes(grads, cap, first_bytes=cap)
 
 
 def _powersgd_extra_s(req: PlanRequest, flops_per_s: float) -> float:

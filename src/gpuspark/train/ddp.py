@@ -305,7 +305,7 @@ def prepare(
     powersgd_rank: int = 2,
     powersgd_start_iter: int = 10,
     amp: str | None = None,
-    bucket_cap_mb: float = 25,
+    bucket_cap_mb: float | None = None,
     find_unused_parameters: bool = False,
     **sharded: Any,
 ) -> Any:
@@ -319,7 +319,9 @@ def prepare(
     (see :func:`init_distributed`). ``compression`` is ``None``, ``"fp16"``, ``"bf16"`` or
     ``"powersgd"`` (rank ``powersgd_rank``, plain all-reduce for the first
     ``powersgd_start_iter`` steps, error feedback and warm start on). ``amp`` records the
-    autocast dtype used by :func:`autocast`. The byte/time meter is :func:`comm_meter(model)`;
+    autocast dtype used by :func:`autocast`. ``bucket_cap_mb=None`` keeps DDP's default
+    buckets (1 MiB first, so its all-reduce overlaps the rest of backward, then 25 MiB); a
+    number caps every bucket, the first too. The byte/time meter is :func:`comm_meter(model)`;
     :func:`gpuspark.train.loop.fit` closes its steps, a hand-written loop calls
     ``meter.begin_step()`` before forward and ``meter.end_step()`` after ``backward()``.
     """
@@ -350,7 +352,7 @@ def prepare(
         # its own threads: with several buckets the ranks can issue them in different orders
         # ("Received data size doesn't match expected size"). One bucket keeps the order.
         model_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-        bucket_cap_mb = max(bucket_cap_mb, model_mb + 1)
+        bucket_cap_mb = max(bucket_cap_mb or 25, model_mb + 1)
     ddp = DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
