@@ -232,15 +232,19 @@ class _Apps:
 
 
 def _local_session(slots: int) -> Any:
+    """The ``--quick`` application: a ``local[slots]`` driver with the JVM start-up options
+    gpuspark gives its embedded drivers (class-data-sharing archive, light JIT; see
+    ``gpuspark.cluster.jvm``), as every Spark contender of the full run gets them."""
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master(f"local[{slots}]")
-        .appName("bench-predict-quick")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
+    from gpuspark.cluster import jvm
+
+    conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    jvm.java_options(conf, driver_light=True, executor_light=False)
+    builder = SparkSession.builder.master(f"local[{slots}]").appName("bench-predict-quick")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
