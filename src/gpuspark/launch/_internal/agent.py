@@ -200,6 +200,13 @@ def _agent_main(spec: TaskSetup, log_dir: str) -> dict[str, Any]:
             from gpuspark.launch._internal.worker import entry
 
             outputs = elastic_launch(config, entry)(spec.payload, log_dir, spec.collective_timeout)
+        elif spec.start_method == "fork":
+            # Forked from this agent, which has imported torch: the script starts at once.
+            from gpuspark.launch._internal.worker import script_entry
+
+            assert spec.script is not None
+            target = ["-m", *spec.script] if spec.module else list(spec.script)
+            outputs = elastic_launch(config, script_entry)(target, log_dir, spec.collective_timeout)
         else:
             assert spec.script is not None
             target = ["-m", *spec.script] if spec.module else spec.script

@@ -34,6 +34,7 @@ from gpuspark._util.procs import pid_alive
 __all__ = [
     "entry",
     "main",
+    "script_entry",
     "set_collective_timeout",
     "set_parent_death_signal",
     "set_process_name",
@@ -210,25 +211,11 @@ def _collective_timeout_arg(argv: list[str]) -> float | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuspark.launch._internal.worker --log-dir D [--collective-timeout S]
-    [-m] target [args...]``."""
-    import atexit
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    collective_timeout = _collective_timeout_arg(argv)
-    module = len(argv) > 2 and argv[2] == "-m"
-    if module:
-        del argv[2]
-    if len(argv) < 3 or argv[0] != "--log-dir":
-        sys.stderr.write(
-            "usage: python -m gpuspark.launch._internal.worker --log-dir DIR "
-            "[--collective-timeout SECONDS] (script.py | -m module) ...\n"
-        )
-        return 2
-    log_dir, script, script_args = argv[1], argv[2], argv[3:]
-    _setup(log_dir)
-    atexit.register(_leave_without_teardown)
+def _run_script(log_dir: str, target: list[str], collective_timeout: float | None) -> int:
+    """Run ``target`` (``[script, args...]`` or ``["-m", module, args...]``) as ``__main__``;
+    its exit code, a failure recorded for the driver."""
+    module = target[0] == "-m"
+    script, script_args = (target[1], target[2:]) if module else (target[0], target[1:])
     try:
         set_collective_timeout(collective_timeout)
         _run_target(script, script_args, module)
@@ -242,6 +229,48 @@ def main(argv: list[str] | None = None) -> int:
         _record_failure(log_dir, exc)
         return 1
     return 0
+
+
+def script_entry(target: list[str], log_dir: str, collective_timeout: float | None) -> None:
+    """Run a script or module on this rank in a process forked from the agent, which has
+    imported torch already (a new interpreter would spend seconds importing it again).
+
+    As ``python script.py`` would: the script's own ``atexit`` handlers run when it ends (the
+    ones inherited from the agent do not), then the process ends with the script's code
+    without the interpreter's teardown (see :func:`_leave_without_teardown`).
+    """
+    import atexit
+
+    atexit._clear()  # the agent's and the Spark worker's handlers are not this rank's
+    _setup(log_dir)
+    code = _run_script(log_dir, target, collective_timeout)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if code != 0:
+        os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuspark.launch._internal.worker --log-dir D [--collective-timeout S]
+    [-m] target [args...]``."""
+    import atexit
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    collective_timeout = _collective_timeout_arg(argv)
+    if len(argv) < 3 or argv[0] != "--log-dir" or argv[2:] == ["-m"]:
+        sys.stderr.write(
+            "usage: python -m gpuspark.launch._internal.worker --log-dir DIR "
+            "[--collective-timeout SECONDS] (script.py | -m module) ...\n"
+        )
+        return 2
+    log_dir = argv[1]
+    _setup(log_dir)
+    atexit.register(_leave_without_teardown)
+    return _run_script(log_dir, argv[2:], collective_timeout)
 
 
 if __name__ == "__main__":
