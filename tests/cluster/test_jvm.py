@@ -122,6 +122,21 @@ def test_old_archives_beyond_three_are_removed(home: Path) -> None:
                                                        "driver-old3.jsa"]  # fmt: skip
 
 
+def test_a_killed_builds_half_written_archive_is_removed(home: Path) -> None:
+    home.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    orphan = home / f".driver-k.jsa.{dead.pid}.tmp"  # its builder was killed mid-write
+    running = home / f".driver-k.jsa.{os.getpid()}.tmp"  # a build still under way
+    for p in (orphan, running):
+        p.write_bytes(b"x")
+    current = home / "driver-new.jsa"
+    current.write_bytes(b"x")
+    jvm._remove_stale(current)
+    assert not orphan.exists()
+    assert running.exists()
+
+
 @pytest.mark.slow  # a real driver JVM writes its classes at exit (~30 s)
 def test_the_built_archive_is_mapped_by_a_local_driver(home: Path) -> None:
     built = jvm.build_archive()

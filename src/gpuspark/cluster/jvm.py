@@ -212,13 +212,20 @@ over 100 MB; virtual environments with their own Spark each have one)."""
 
 
 def _remove_stale(current: Path) -> None:
-    """Archives beyond the :data:`_KEEP` newest (``current`` is one of them)."""
+    """Archives beyond the :data:`_KEEP` newest (``current`` is one of them), and the
+    half-written archives of builds whose process is gone (killed before cleaning up)."""
+    from gpuspark._util.procs import pid_alive
+
     others = [p for p in current.parent.glob("driver-*.jsa") if p != current]
     others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for other in others[_KEEP - 1 :]:
         with contextlib.suppress(OSError):
             other.unlink()
             _failed(other).unlink(missing_ok=True)
+    for tmp in current.parent.glob(".driver-*.jsa.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
 
 
 def build_in_background() -> None:
