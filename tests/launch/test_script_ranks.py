@@ -1,12 +1,20 @@
-"""Script ranks forked from the agent (gloo, static rendezvous) behave as ``python script.py``:
-``__main__``, the script's directory on the path, its own ``atexit`` handlers (and none it did
-not register), its exit code, and torch already imported when it starts (the point of the
-fork: a new interpreter spent seconds importing it again). Local launches, no Spark."""
+"""A script's ranks run as ``python script.py`` would on both ways of starting them:
+``__main__``, the script's directory on the path, its own ``atexit`` handlers, its exit code.
+
+* forked from the agent (gloo, static rendezvous) when the launching process had not imported
+  torch (a fresh ``gpuspark`` command): no new interpreter starts (nor imports torch again),
+  and only the script's ``atexit`` handlers are there;
+* new interpreters when it had (this pytest process, a notebook): a process that ran torch's
+  OpenMP regions cannot fork (the child hangs in its first parallel op).
+
+Local launches, no Spark."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -17,11 +25,11 @@ from gpuspark.cli.main import main
 SCRIPT = textwrap.dedent(
     """
     import atexit, json, os, sys
-    torch_before = "torch" in sys.modules
+    new_interpreter = "gpuspark.launch._internal.worker" in sys.orig_argv
     import helper  # beside the script
     atexit.register(lambda: print("ATEXIT " + os.environ["RANK"], flush=True))
     print("SEEN " + json.dumps({"name": __name__, "argv": sys.argv[1:], "helper": helper.X,
-                                "torch_before": torch_before,
+                                "new_interpreter": new_interpreter,
                                 "handlers": atexit._ncallbacks()}), flush=True)
     if os.environ["RANK"] == "1" and "--fail" in sys.argv:
         sys.exit(3)
@@ -47,28 +55,45 @@ def _seen(out: str) -> dict[int, dict]:
     return found
 
 
-def test_a_forked_script_rank_runs_as_python_would(
-    script: Path, capfd: pytest.CaptureFixture[str]
+def _launch(fresh: bool, script: Path, *args: str) -> tuple[int, str]:
+    argv = ["launch", "--local", "--gpus-per-process", "0", "-n", "2", str(script), *args]
+    if fresh:  # a new `gpuspark` process: torch not imported before the launch
+        code = "import sys; from gpuspark.cli.main import main; sys.exit(main(sys.argv[1:]))"
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        return done.returncode, done.stdout + done.stderr
+    import torch  # this process runs torch first, its OpenMP team included (as a notebook)
+
+    torch.ones(64, 512) @ torch.ones(512, 512)
+    return main(argv), ""
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["forked", "new-interpreter"])
+def test_a_script_rank_runs_as_python_would(
+    fresh: bool, script: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["launch", "--local", "--gpus-per-process", "0", "-n", "2", str(script)]
-    assert main([*argv, "--x", "1"]) == 0
-    out = capfd.readouterr().out
+    code, out = _launch(fresh, script, "--x", "1")
+    captured = capfd.readouterr()
+    out += captured.out + captured.err
+    assert code == 0, out
     seen = _seen(out)
     assert sorted(seen) == [0, 1], out
     for rank in (0, 1):
         assert seen[rank]["name"] == "__main__"
         assert seen[rank]["argv"] == ["--x", "1"]
         assert seen[rank]["helper"] == 42
-        assert seen[rank]["torch_before"] is True  # forked from the agent: no second import
-        assert seen[rank]["handlers"] == 1  # only its own: the agent's were cleared
+        assert seen[rank]["new_interpreter"] is not fresh  # fresh: forked from the agent
+        if fresh:
+            assert seen[rank]["handlers"] == 1  # only its own: the agent's were cleared
         assert f"[rank {rank}] ATEXIT {rank}" in out
 
 
-def test_a_forked_script_ranks_exit_code_fails_the_launch_naming_it(
-    script: Path, capfd: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("fresh", [True, False], ids=["forked", "new-interpreter"])
+def test_a_script_ranks_exit_code_fails_the_launch_naming_it(
+    fresh: bool, script: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["launch", "--local", "--gpus-per-process", "0", "-n", "2", str(script), "--fail"]
-    assert main(argv) != 0
+    code, out = _launch(fresh, script, "--fail")
     captured = capfd.readouterr()
-    text = captured.out + captured.err
-    assert "rank 1" in text and "SystemExit" in text and "3" in text, text
+    out += captured.out + captured.err
+    assert code != 0
+    assert "rank 1" in out and "SystemExit" in out and "3" in out, out

@@ -26,6 +26,9 @@ def run_local(
     ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it; ``output``
     places the ranks' lines (default: the console).
     """
+    from gpuspark.launch._internal.agent import fork_safe
+
+    fork_scripts = fork_safe()  # before torch comes in
     import torch.distributed.launcher.api  # noqa: F401  (imported once here, not per fork)
 
     want_gpus = req.gpus_per_process > 0
@@ -56,6 +59,7 @@ def run_local(
         host="localhost",
         store_fd=store_fd,
         collective_timeout=req.collective_timeout,
+        fork_scripts=fork_scripts,
     )
     return [run_task(spec, sink, timeout=req.timeout)]
 

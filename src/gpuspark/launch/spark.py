@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuspark._util.procs import machine_key
-from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
+from gpuspark.launch._internal.agent import TaskSetup, fork_safe, run_task, store_port
 from gpuspark.launch._internal.logs import LogServer, RankOutput, SocketSink
 from gpuspark.launch._internal.watch import StageWatch
 from gpuspark.launch.preflight import check_python, executor_capacity
@@ -68,6 +68,7 @@ def barrier_task(
     try:
         res = ctx.resources().get("gpu")
         gpus = sorted(res.addresses, key=lambda a: (len(a), a)) if res is not None else []
+        fork_scripts = fork_safe()  # a reused Python worker may have run torch already
         import torch.distributed.launcher.api  # noqa: F401  (the forked agent inherits it)
 
         host = _task_host(ctx, index)
@@ -115,6 +116,7 @@ def barrier_task(
             store_fd=store_fd,
             workdir=workdir,
             collective_timeout=req.collective_timeout,
+            fork_scripts=fork_scripts,
         )
         store_fd = -1  # run_task owns it now
         result = run_task(spec, sink)

@@ -73,6 +73,17 @@ class TaskSetup:
     """The ranks' working directory (empty: the task's own)."""
     collective_timeout: float | None = None
     """Seconds: the default timeout of the ranks' ``init_process_group`` (``None``: torch's)."""
+    fork_scripts: bool = False
+    """A script's ranks may be forked from the agent (see :func:`fork_safe`)."""
+
+
+def fork_safe() -> bool:
+    """True when this process has not imported torch yet, so it has run no OpenMP region:
+    a process forked after one hangs in its first parallel op (libgomp's thread team does
+    not survive ``fork``). Ask before importing torch to start an agent; a process that ran
+    torch already (a notebook, a reused Spark Python worker) starts script ranks as new
+    interpreters instead."""
+    return "torch" not in sys.modules
 
 
 class Sink(Protocol):
@@ -200,7 +211,7 @@ def _agent_main(spec: TaskSetup, log_dir: str) -> dict[str, Any]:
             from gpuspark.launch._internal.worker import entry
 
             outputs = elastic_launch(config, entry)(spec.payload, log_dir, spec.collective_timeout)
-        elif spec.start_method == "fork":
+        elif spec.start_method == "fork" and spec.fork_scripts:
             # Forked from this agent, which has imported torch: the script starts at once.
             from gpuspark.launch._internal.worker import script_entry
 
