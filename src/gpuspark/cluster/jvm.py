@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from gpuspark._util import envvars
+from gpuspark._util.procs import pid_alive
 from gpuspark.cluster.plan import local_defaults
 
 __all__ = [
@@ -214,8 +215,6 @@ over 100 MB; virtual environments with their own Spark each have one)."""
 def _remove_stale(current: Path) -> None:
     """Archives beyond the :data:`_KEEP` newest (``current`` is one of them), and the
     half-written archives of builds whose process is gone (killed before cleaning up)."""
-    from gpuspark._util.procs import pid_alive
-
     others = [p for p in current.parent.glob("driver-*.jsa") if p != current]
     others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for other in others[_KEEP - 1 :]:

@@ -8,7 +8,13 @@ from typing import Any
 from gpuspark.errors import LaunchError
 from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import PrintSink, RankOutput
-from gpuspark.launch.ranks import cuda_available, rank_env, resolve_backend, start_method
+from gpuspark.launch.ranks import (
+    cuda_available,
+    fork_safe,
+    rank_env,
+    resolve_backend,
+    start_method,
+)
 from gpuspark.launch.request import LaunchRequest
 
 __all__ = ["run_local"]
@@ -26,8 +32,6 @@ def run_local(
     ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it; ``output``
     places the ranks' lines (default: the console).
     """
-    from gpuspark.launch._internal.agent import fork_safe
-
     fork_scripts = fork_safe()  # before torch comes in
     import torch.distributed.launcher.api  # noqa: F401  (imported once here, not per fork)
 

@@ -113,6 +113,15 @@ def start_method(backend: str, rdzv_backend: str = "static") -> str:
     return "fork" if rdzv_backend == "static" else "forkserver"
 
 
+def fork_safe() -> bool:
+    """True when this process has not imported torch yet, so it has run no OpenMP region:
+    a process forked after one hangs in its first parallel op (libgomp's thread team does
+    not survive ``fork``). Ask before importing torch to start an agent; a process that ran
+    torch already (a notebook, a reused Spark Python worker) starts script ranks as new
+    interpreters instead."""
+    return "torch" not in sys.modules
+
+
 def restart_count() -> int:
     """How many times this rank's function was started before now (0 on the first start).
 

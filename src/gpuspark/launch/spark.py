@@ -20,12 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuspark._util.procs import machine_key
-from gpuspark.launch._internal.agent import TaskSetup, fork_safe, run_task, store_port
+from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import LogServer, RankOutput, SocketSink
 from gpuspark.launch._internal.watch import StageWatch
 from gpuspark.launch.preflight import check_python, executor_capacity
 from gpuspark.launch.ranks import (
     cuda_available,
+    fork_safe,
     rank_env,
     rank_map,
     resolve_backend,

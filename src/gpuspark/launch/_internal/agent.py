@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from gpuspark._util import envvars
 from gpuspark._util.net import free_port
-from gpuspark.launch._internal import rendezvous
+from gpuspark.launch._internal import rendezvous, worker
 from gpuspark.launch._internal.rendezvous import host_store
 from gpuspark.launch._internal.worker import set_parent_death_signal, set_process_name
 from gpuspark.monitor.rank_settings import endpoint_rank, read_endpoint
@@ -38,7 +38,7 @@ __all__ = ["Sink", "TaskSetup", "run_task", "store_port"]
 _TAIL_LINES = 30
 _POLL_S = 0.05
 _AGENT_SHUTDOWN_S = 5
-_WORKER_MODULE = "gpuspark.launch._internal.worker"
+_WORKER_MODULE = worker.__name__
 """What a script-mode rank runs (``python -m``): set-up, then the user's script."""
 
 
@@ -74,16 +74,7 @@ class TaskSetup:
     collective_timeout: float | None = None
     """Seconds: the default timeout of the ranks' ``init_process_group`` (``None``: torch's)."""
     fork_scripts: bool = False
-    """A script's ranks may be forked from the agent (see :func:`fork_safe`)."""
-
-
-def fork_safe() -> bool:
-    """True when this process has not imported torch yet, so it has run no OpenMP region:
-    a process forked after one hangs in its first parallel op (libgomp's thread team does
-    not survive ``fork``). Ask before importing torch to start an agent; a process that ran
-    torch already (a notebook, a reused Spark Python worker) starts script ranks as new
-    interpreters instead."""
-    return "torch" not in sys.modules
+    """A script's ranks may be forked from the agent (``launch.ranks.fork_safe``)."""
 
 
 class Sink(Protocol):
@@ -206,26 +197,18 @@ def _agent_main(spec: TaskSetup, log_dir: str) -> dict[str, Any]:
     from torch.distributed.launcher.api import elastic_launch
 
     config = _launch_config(spec, log_dir)
+    timeout = spec.collective_timeout
+    target = ["-m", *(spec.script or [])] if spec.module else list(spec.script or [])
     try:
         if spec.payload is not None:
-            from gpuspark.launch._internal.worker import entry
-
-            outputs = elastic_launch(config, entry)(spec.payload, log_dir, spec.collective_timeout)
-        elif spec.start_method == "fork" and spec.fork_scripts:
-            # Forked from this agent, which has imported torch: the script starts at once.
-            from gpuspark.launch._internal.worker import script_entry
-
-            assert spec.script is not None
-            target = ["-m", *spec.script] if spec.module else list(spec.script)
-            outputs = elastic_launch(config, script_entry)(target, log_dir, spec.collective_timeout)
+            outputs = elastic_launch(config, worker.entry)(spec.payload, log_dir, timeout)
+        elif spec.start_method == "fork" and spec.fork_scripts:  # torch is imported here already
+            outputs = elastic_launch(config, worker.script_entry)(target, log_dir, timeout)
         else:
-            assert spec.script is not None
-            target = ["-m", *spec.script] if spec.module else spec.script
             args = ["-u", "-m", _WORKER_MODULE, "--log-dir", log_dir]
-            if spec.collective_timeout is not None:
-                args += ["--collective-timeout", repr(float(spec.collective_timeout))]
-            args += target
-            outputs = elastic_launch(config, sys.executable)(*args)
+            if timeout is not None:
+                args += ["--collective-timeout", repr(float(timeout))]
+            outputs = elastic_launch(config, sys.executable)(*args, *target)
     except ChildFailedError as exc:
         return {"ok": False, "failures": _failure_records(exc)}
     # With c10d, a restarted round may place global rank 0 on another node: say who holds it.
