@@ -87,17 +87,22 @@ def set_collective_timeout(seconds: float | None) -> None:
     distributed_c10d.default_pg_nccl_timeout = timeout
 
 
+def _flush_std() -> None:
+    """Flush ``sys.stdout`` and ``sys.stderr``, whatever state they are in."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
 def _rank() -> str:
     return os.environ.get("RANK", "0")
 
 
 def _redirect_output(log_dir: str) -> None:
     """Send fd 1 and 2 (and every child's) to this rank's log file, line by line."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    _flush_std()
     path = os.path.join(log_dir, f"rank-{_rank()}.log")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -176,11 +181,7 @@ def _leave_without_teardown() -> None:
     ("terminate called without an active exception"), turning a finished rank into a
     failed one; the script's work and its own atexit handlers are done by then.
     """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    _flush_std()
     os._exit(_exit_code)
 
 
@@ -245,11 +246,7 @@ def script_entry(target: list[str], log_dir: str, collective_timeout: float | No
     _setup(log_dir)
     code = _run_script(log_dir, target, collective_timeout)
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    _flush_std()
     if code != 0:
         os._exit(code)
 
