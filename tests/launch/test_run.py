@@ -195,17 +195,26 @@ def test_local_store_listens_on_loopback_only() -> None:
     assert run(store_listeners, num_processes=2, local=True) == ["127.0.0.1"]
 
 
-@pytest.mark.parametrize("max_restarts", [0, 1])
-def test_ranks_are_forked_from_a_single_threaded_parent(max_restarts: int) -> None:
+@pytest.mark.parametrize(
+    ("max_restarts", "fork_ok"), [(0, True), (1, True), (0, False)], ids=["static", "c10d", "omp"]
+)
+def test_ranks_are_forked_from_a_single_threaded_parent(
+    max_restarts: int, fork_ok: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A child forked from a multi-threaded process can inherit a lock nobody releases: the
     TCP store's server thread (``pt_tcpstore_uv``) once hung rank 0 for gloo's 30 minutes.
-    Static launches fork ranks from an agent without that thread; c10d launches (restartable)
-    fork them from a fork server."""
+    Static launches fork ranks from an agent without that thread; c10d launches (restartable),
+    and launches from a process that ran OpenMP (test_fork_safety.py), fork them from a fork
+    server. This pytest process has run torch: ``fork_ok`` says what a fresh one would."""
+    import gpuspark.launch.local as local_mode
+
+    monkeypatch.setattr(local_mode, "import_launcher", lambda: fork_ok)
     out = run(parent_threads, num_processes=2, local=True, max_restarts=max_restarts)
     assert len(out["names"]) == 1 and "pt_tcpstore_uv" not in out["names"], out
-    assert (out["ppid"] == int(out["agent"])) == (max_restarts == 0)
+    from_agent = max_restarts == 0 and fork_ok
+    assert (out["ppid"] == int(out["agent"])) == from_agent
     assert out["comm"] == "gpuspark-rank0"  # what `ps -o comm` shows an operator
-    if max_restarts == 0:
+    if from_agent:
         assert out["names"] == ["gpuspark-agent0"]
 
 

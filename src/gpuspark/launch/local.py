@@ -10,7 +10,7 @@ from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import PrintSink, RankOutput
 from gpuspark.launch.ranks import (
     cuda_available,
-    fork_safe,
+    import_launcher,
     rank_env,
     resolve_backend,
     start_method,
@@ -32,8 +32,7 @@ def run_local(
     ``on_metrics`` gets each rank's ``/metrics`` endpoint as the rank reports it; ``output``
     places the ranks' lines (default: the console).
     """
-    fork_scripts = fork_safe()  # before torch comes in
-    import torch.distributed.launcher.api  # noqa: F401  (imported once here, not per fork)
+    fork_ok = import_launcher()  # imported once here, not per rank
 
     want_gpus = req.gpus_per_process > 0
     cuda = want_gpus and cuda_available()
@@ -55,7 +54,7 @@ def run_local(
         local_addr="127.0.0.1",
         rdzv_backend=req.rdzv_backend,
         max_restarts=req.max_restarts,
-        start_method=start_method(backend, req.rdzv_backend),
+        start_method=start_method(backend, req.rdzv_backend, fork_ok),
         payload=req.payload,
         script=req.script,
         module=req.module,
@@ -63,7 +62,6 @@ def run_local(
         host="localhost",
         store_fd=store_fd,
         collective_timeout=req.collective_timeout,
-        fork_scripts=fork_scripts,
     )
     return [run_task(spec, sink, timeout=req.timeout)]
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "cuda_available",
+    "import_launcher",
     "rank_env",
     "rank_map",
     "resolve_backend",
@@ -102,24 +103,53 @@ def rank_map(tasks: Sequence[dict[str, Any]], per_task: int, gpus_per_process: i
     return ", ".join(parts)
 
 
-def start_method(backend: str, rdzv_backend: str = "static") -> str:
-    """How the elastic agent starts its ranks: ``fork``, ``forkserver`` or ``spawn``."""
+def start_method(backend: str, rdzv_backend: str = "static", fork_ok: bool = True) -> str:
+    """How the elastic agent starts its ranks: ``fork``, ``forkserver`` or ``spawn``.
+
+    ``fork_ok`` is :func:`import_launcher`'s answer: whether this process may fork ranks.
+    """
     # NCCL ranks are spawned like torchrun does, so CUDA never meets a forked process. gloo
     # ranks of a static rendezvous are forked from the agent (it has imported torch: ranks
     # start in milliseconds), which is single-threaded there (launch._internal.rendezvous).
-    # A c10d agent runs rendezvous threads: its ranks come from a fork server instead.
+    # A c10d agent runs rendezvous threads, and a process that ran torch's OpenMP regions
+    # cannot fork: their ranks come from a fork server instead (a new interpreter).
     if backend == "nccl" or sys.platform != "linux":
         return "spawn"
-    return "fork" if rdzv_backend == "static" else "forkserver"
+    return "fork" if rdzv_backend == "static" and fork_ok else "forkserver"
 
 
-def fork_safe() -> bool:
-    """True when this process has not imported torch yet, so it has run no OpenMP region:
-    a process forked after one hangs in its first parallel op (libgomp's thread team does
-    not survive ``fork``). Ask before importing torch to start an agent; a process that ran
-    torch already (a notebook, a reused Spark Python worker) starts script ranks as new
-    interpreters instead."""
-    return "torch" not in sys.modules
+_clean_threads: int | None = None
+"""This process's thread count right after :func:`import_launcher` imported torch into a
+process that had none (``None``: torch was here before gpuspark imported it)."""
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # not Linux: no forked ranks there anyway
+        return sys.maxsize
+
+
+def import_launcher() -> bool:
+    """Import torch's elastic launcher into this process (the agent forked from it inherits
+    it: ranks start without importing torch again) and say whether ranks may be forked from
+    here.
+
+    They may when this process had not imported torch before, or when gpuspark imported it
+    here itself and no thread has started since. A process that ran torch's OpenMP regions
+    (a notebook that trained, a test process, a Python worker reused after a job that ran
+    torch) keeps OpenMP's threads, and a child forked from it hangs in its first parallel
+    op (libgomp's thread team does not survive ``fork``): its ranks start as new
+    interpreters instead (:func:`start_method`).
+    """
+    global _clean_threads
+    clean = "torch" not in sys.modules
+    import torch.distributed.launcher.api  # noqa: F401
+
+    if clean:
+        _clean_threads = _thread_count()
+        return True
+    return _clean_threads is not None and _thread_count() <= _clean_threads
 
 
 def restart_count() -> int:

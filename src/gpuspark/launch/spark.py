@@ -26,7 +26,7 @@ from gpuspark.launch._internal.watch import StageWatch
 from gpuspark.launch.preflight import check_python, executor_capacity
 from gpuspark.launch.ranks import (
     cuda_available,
-    fork_safe,
+    import_launcher,
     rank_env,
     rank_map,
     resolve_backend,
@@ -69,8 +69,7 @@ def barrier_task(
     try:
         res = ctx.resources().get("gpu")
         gpus = sorted(res.addresses, key=lambda a: (len(a), a)) if res is not None else []
-        fork_scripts = fork_safe()  # a reused Python worker may have run torch already
-        import torch.distributed.launcher.api  # noqa: F401  (the forked agent inherits it)
+        fork_ok = import_launcher()  # a reused Python worker may have run torch already
 
         host = _task_host(ctx, index)
         sink.notice("task", {"task": index, "host": host})
@@ -108,7 +107,7 @@ def barrier_task(
             local_addr=host,
             rdzv_backend=req.rdzv_backend,
             max_restarts=req.max_restarts,
-            start_method=start_method(backend, req.rdzv_backend),
+            start_method=start_method(backend, req.rdzv_backend, fork_ok),
             payload=req.payload,
             script=req.script,
             module=req.module,
@@ -117,7 +116,6 @@ def barrier_task(
             store_fd=store_fd,
             workdir=workdir,
             collective_timeout=req.collective_timeout,
-            fork_scripts=fork_scripts,
         )
         store_fd = -1  # run_task owns it now
         result = run_task(spec, sink)

@@ -73,8 +73,6 @@ class TaskSetup:
     """The ranks' working directory (empty: the task's own)."""
     collective_timeout: float | None = None
     """Seconds: the default timeout of the ranks' ``init_process_group`` (``None``: torch's)."""
-    fork_scripts: bool = False
-    """A script's ranks may be forked from the agent (``launch.ranks.fork_safe``)."""
 
 
 class Sink(Protocol):
@@ -202,7 +200,7 @@ def _agent_main(spec: TaskSetup, log_dir: str) -> dict[str, Any]:
     try:
         if spec.payload is not None:
             outputs = elastic_launch(config, worker.entry)(spec.payload, log_dir, timeout)
-        elif spec.start_method == "fork" and spec.fork_scripts:  # torch is imported here already
+        elif spec.start_method == "fork":  # torch is imported here already
             outputs = elastic_launch(config, worker.script_entry)(target, log_dir, timeout)
         else:
             args = ["-u", "-m", _WORKER_MODULE, "--log-dir", log_dir]

@@ -1,11 +1,13 @@
-"""The fork server that starts the ranks of a c10d (restartable) launch: a clean parent.
+"""The fork server that starts a function's ranks where the agent may not fork them: a clean
+parent.
 
 A process forked from a multi-threaded parent can inherit a lock that no thread of the child
 will ever release. An elastic agent with the c10d rendezvous runs threads (its keep-alive, and
 on the host node the TCP store's server), so its ranks must not be forked from it. A fork
 server is started by the agent before any of those threads exist, imports torch once, and
-forks every rank (and every restarted rank) from that one clean state. (Static launches need
-none: their agents stay single-threaded, see ``launch._internal.rendezvous``.)
+forks every rank (and every restarted rank) from that one clean state. Static launches need
+none (their agents stay single-threaded, see ``launch._internal.rendezvous``) unless the
+launching process ran torch's OpenMP regions (``launch.ranks.import_launcher``).
 
 Importing this module *in the fork server* restores the agent's ``sys.path`` (Python 3.11's
 fork server does not pass it on: a function shipped from a module that Spark put on the path
