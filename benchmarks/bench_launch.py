@@ -155,7 +155,7 @@ def _spark_sessions(master: str | None, connect_url: str | None) -> tuple[Any, A
         shape = cluster.shape
         assert shape is not None
         cap = {"spark.cores.max": str(shape.executor_cores)}  # one executor each
-        connect_url = cluster.start_connect(conf=cap).url
+        connect_url = cluster.start_connect(**cap)
     classic = session(master=master, kind="training", app_name="bench-launch", **cap)
     remote = None
     if connect_url is not None:

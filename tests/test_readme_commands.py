@@ -490,6 +490,11 @@ def _params() -> list[Any]:
         fast = unit.fast_part()
         if fast.blocks:
             marks = [pytest.mark.spark] if fast.spark else []
+            if unit.section == QUICKSTART:  # README.md's (docs units: "page: …")
+                # End to end (two minutes or more): `make test-compat`, which CI runs after
+                # `make test`, runs these blocks with these checks on pyspark 3.5 and 4.x
+                # (tests/compat/test_smoke.py) and records their times.
+                marks.append(pytest.mark.slow)
             params.append(pytest.param(fast, marks=marks, id=unit.section[:60]))
         if unit.slow:
             marks = [pytest.mark.slow, *([pytest.mark.spark] if unit.spark else [])]
@@ -504,7 +509,6 @@ def test_readme_section_runs_as_written(unit: Unit, tmp_path: Path) -> None:
         path.mkdir()
     env = user_env(home)
     timings: list[dict[str, Any]] = []
-    load, began = os.getloadavg()[0], time.monotonic()
     try:
         for block in unit.blocks:
             start = time.monotonic()
@@ -527,7 +531,3 @@ def test_readme_section_runs_as_written(unit: Unit, tmp_path: Path) -> None:
             print(down.stdout + down.stderr)
         shown = (f"line {t['line']}: {t['seconds']} s" for t in timings)
         print(f"{unit.section}: " + ", ".join(shown))
-    if unit.section == QUICKSTART and not unit.slow:  # README.md's (docs units: "page: …")
-        from _quickstart_times import record_quickstart  # tests/_quickstart_times.py
-
-        record_quickstart(time.monotonic() - began, timings, load)
