@@ -409,7 +409,6 @@ def _failure(spark: Any) -> str:
     return str(exc.value)
 
 
-@pytest.mark.slow
 def test_failing_rank_is_named_as_on_the_classic_path(
     connect_cluster: dict[str, Any], spark: Any
 ) -> None:
