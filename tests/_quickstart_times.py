@@ -1,7 +1,7 @@
 """The README quickstart's wall time per pyspark version, merged into
 ``$GPUSPARK_COMPAT_RESULTS`` (``benchmarks/results/compat.json``): the compatibility run
-(``make test-compat``) records it on pyspark 3.5, the default run's README test on 4.x; one
-``.ci/run`` gives both the same ``GPUSPARK_COMPAT_RUN``, so their ratio is taken."""
+(``make test-compat``) records it on pyspark 3.5, then on ``.venv``'s 4.x; one ``.ci/run``
+gives both the same ``GPUSPARK_COMPAT_RUN``, so their ratio is taken."""
 
 from __future__ import annotations
 

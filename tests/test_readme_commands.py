@@ -488,13 +488,12 @@ def _params() -> list[Any]:
     params = []
     for unit in [*UNITS, *DOCS_UNITS]:
         fast = unit.fast_part()
-        if fast.blocks:
+        # README.md's quickstart (docs units: "page: …") is end to end, minutes long: its slow
+        # param below runs all its blocks, and `make test-compat`, which CI runs after `make
+        # test`, runs its fast part with these checks on pyspark 3.5 and 4.x (tests/compat).
+        quickstart = unit.section == QUICKSTART and unit.slow
+        if fast.blocks and not quickstart:
             marks = [pytest.mark.spark] if fast.spark else []
-            if unit.section == QUICKSTART:  # README.md's (docs units: "page: …")
-                # End to end (two minutes or more): `make test-compat`, which CI runs after
-                # `make test`, runs these blocks with these checks on pyspark 3.5 and 4.x
-                # (tests/compat/test_smoke.py) and records their times.
-                marks.append(pytest.mark.slow)
             params.append(pytest.param(fast, marks=marks, id=unit.section[:60]))
         if unit.slow:
             marks = [pytest.mark.slow, *([pytest.mark.spark] if unit.spark else [])]

@@ -7,9 +7,9 @@ pyspark it supports, in its own virtual environment (``.venv-compat``).
   ``train``, ``from_dataframe`` read back over 2 ranks, ``quota status`` while that
   application holds its executors.
 
-Marked ``compat``: the default run deselects them (``make test`` runs the same quickstart on
-pyspark 4.x already); ``make test-compat`` selects them, on 3.5 and, for the time of the
-quickstart only, on the main environment's 4.x. With ``GPUSPARK_COMPAT_RESULTS`` set, the
+Marked ``compat``: the default run deselects them (and the README test's quickstart, marked
+slow there); ``make test-compat``, which CI runs, selects them on 3.5 and, for the quickstart
+only, on the main environment's 4.x. With ``GPUSPARK_COMPAT_RESULTS`` set, the
 quickstart's time is merged into that JSON file under the installed pyspark version;
 ``GPUSPARK_COMPAT_PYSPARK`` names the version the run must find installed.
 """
