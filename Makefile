@@ -101,7 +101,8 @@ test-all: setup
 # on the lowest pyspark gpuspark supports, in its own venv: CPU torch, constraints.txt without
 # its pyspark and py4j pins, pyspark $(PYSPARK_LOW). The README quickstart's time on it and on
 # .venv's pyspark 4.x goes to benchmarks/results/compat.json. This is where CI runs the README
-# quickstart (`make test` leaves it out: slow; tests/test_readme_commands.py).
+# quickstart, on 4.x with its Spark Connect part (`make test` leaves it out: slow;
+# tests/test_readme_commands.py).
 COMPAT_VENV := .venv-compat
 COMPAT_BIN := $(COMPAT_VENV)/bin
 COMPAT_STAMP := $(COMPAT_VENV)/.gpuspark-installed

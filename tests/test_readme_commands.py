@@ -490,7 +490,8 @@ def _params() -> list[Any]:
         fast = unit.fast_part()
         # README.md's quickstart (docs units: "page: …") is end to end, minutes long: its slow
         # param below runs all its blocks, and `make test-compat`, which CI runs after `make
-        # test`, runs its fast part with these checks on pyspark 3.5 and 4.x (tests/compat).
+        # test`, runs it with these checks on pyspark 3.5 (its fast part) and 4.x (all of it;
+        # tests/compat).
         quickstart = unit.section == QUICKSTART and unit.slow
         if fast.blocks and not quickstart:
             marks = [pytest.mark.spark] if fast.spark else []
