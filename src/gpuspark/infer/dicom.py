@@ -38,17 +38,16 @@ from gpuspark import storage
 from gpuspark._util.extras import check_extras
 from gpuspark.cluster.session import JobKind, job_session
 from gpuspark.cluster.submit import prepare_job
-from gpuspark.data.prep.common import cores, record_batches
+from gpuspark.data.prep.common import cores
+from gpuspark.data.prep.headers import HEADER_DDL, read_headers
 from gpuspark.data.prep.progress import Progress, Watcher, announce
 from gpuspark.data.sources import (
     DicomOptions,
     DicomSource,
     QuarantineError,
-    Unit,
     deal,
     plan_units,
     prep_series,
-    walk_unit,
 )
 from gpuspark.errors import GpusparkError
 from gpuspark.infer.model import CheckpointFile
@@ -83,8 +82,6 @@ __all__ = [
 DEFAULT_VOLUME_BATCH = 8
 """Volumes per model call by default."""
 _QUARANTINE_COLUMNS = ("id", "study_uid", "path", "reason", "stage")
-_HEADER_DDL = "path string, id string, study_uid string, reason string"
-_HEADER_ERROR = "unreadable DICOM"  # the reason prefix prep dicom gives such a file
 
 
 def predict_dicom(
@@ -303,8 +300,8 @@ def _list_series(spark: Any, src: str, options: DicomOptions) -> _Series:
         raise GpusparkError(f"input {src} holds no files", remedy="pass a folder of DICOM studies")
     parts = deal(units, 2 * n)
     frame = spark.range(len(parts), numPartitions=len(parts))  # task i walks parts[i]
-    fn = partial(_read_headers, DicomSource(src, options), parts)
-    found = frame.mapInArrow(fn, _HEADER_DDL).collect()
+    fn = partial(read_headers, DicomSource(src, options), parts)
+    found = frame.mapInArrow(fn, HEADER_DDL).collect()
     files: dict[str, list[str]] = {}
     studies: dict[str, str] = {}
     bad: list[dict[str, Any]] = []
@@ -323,27 +320,6 @@ def _list_series(spark: Any, src: str, options: DicomOptions) -> _Series:
         )
     rows = [(k, studies[k], sorted(files[k])) for k in sorted(files)]
     return _Series(rows=rows, bad_files=bad, files=len(found))
-
-
-def _read_headers(
-    source: DicomSource, parts: list[list[Unit]], batches: Iterable[Any]
-) -> Iterator[Any]:
-    """Every file of the units ``parts[i]`` of the indices ``i`` in ``batches``: ``id`` (its
-    series) and ``study_uid``, or the ``reason`` it cannot be read (runs in the tasks)."""
-    units = (u for b in batches for i in b.column("id").to_pylist() for u in parts[i])
-    return record_batches(_header_rows(source, units), _HEADER_DDL, 512)
-
-
-def _header_rows(source: DicomSource, units: Iterable[Unit]) -> Iterator[dict[str, Any]]:
-    for unit in units:
-        for path, _size in walk_unit(unit):
-            try:
-                header = source.read_header(path)
-                key, study = source.sample_key(path, header), str(header.study_uid)
-                yield {"path": path, "id": key, "study_uid": study, "reason": None}
-            except Exception as exc:  # never fail the job on one file
-                reason = QuarantineError.wrap(exc, _HEADER_ERROR, path).reason
-                yield {"path": path, "id": None, "study_uid": None, "reason": reason}
 
 
 # ------------------------------------------------------------------------------ the tasks

@@ -27,6 +27,7 @@ from gpuspark.data.prep.common import (
     read_label_table,
 )
 from gpuspark.data.prep.grouped import GroupedJob, run_grouped
+from gpuspark.data.prep.headers import HEADER_ERROR
 from gpuspark.data.prep.job import Where, run_prep
 from gpuspark.data.prep.progress import Progress
 from gpuspark.data.sources import DicomOptions, DicomSource, Window, parse_window
@@ -98,7 +99,7 @@ def prep_dicom(
         split_of=source.split_of,
         to_sample=_dicom_sample,
         extra=partial(_dicom_extra, src_s, options, table, write.fractions),
-        header_error="unreadable DICOM",
+        header_error=HEADER_ERROR,
         sample_error="series failed",
         split_error="files of the series name different patients",
         phase="series+write",
