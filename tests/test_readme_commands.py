@@ -502,6 +502,20 @@ def _params() -> list[Any]:
     return params
 
 
+def run_checked(
+    block: Block, work: Path, home: Path, scripts: Path, env: dict[str, str]
+) -> dict[str, Any]:
+    """Run ``block`` as written in ``work``, assert it exited 0, then run its README checks;
+    its line and seconds."""
+    start = time.monotonic()
+    rc, out = run_block(block_argv(block, scripts), work, env)
+    print(f"{block.page} line {block.line} ({block.lang}): rc {rc}\n{out}")
+    assert rc == 0, f"{block.page} line {block.line} failed (exit {rc}):\n{out[-6000:]}"
+    if block.page == "README.md" and block.line in CHECKS:
+        CHECKS[block.line](out, work, home)
+    return {"line": block.line, "seconds": round(time.monotonic() - start, 1)}
+
+
 @pytest.mark.parametrize("unit", _params())
 def test_readme_section_runs_as_written(unit: Unit, tmp_path: Path) -> None:
     work, home, scripts = tmp_path / "work", tmp_path / "home", tmp_path / "scripts"
@@ -511,13 +525,7 @@ def test_readme_section_runs_as_written(unit: Unit, tmp_path: Path) -> None:
     timings: list[dict[str, Any]] = []
     try:
         for block in unit.blocks:
-            start = time.monotonic()
-            rc, out = run_block(block_argv(block, scripts), work, env)
-            timings.append({"line": block.line, "seconds": round(time.monotonic() - start, 1)})
-            print(f"{block.page} line {block.line} ({block.lang}): rc {rc}\n{out}")
-            assert rc == 0, f"{block.page} line {block.line} failed (exit {rc}):\n{out[-6000:]}"
-            if block.page == "README.md" and block.line in CHECKS:
-                CHECKS[block.line](out, work, home)
+            timings.append(run_checked(block, work, home, scripts, env))
     finally:
         if unit.spark:
             down = subprocess.run(

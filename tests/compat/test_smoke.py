@@ -83,26 +83,13 @@ def test_readme_quickstart(tmp_path: Path) -> None:
     load, start = os.getloadavg()[0], time.monotonic()
     try:
         for block in classic:
-            blocks.append(_run_readme_block(block, work, home, scripts, env))
+            blocks.append(README.run_checked(block, work, home, scripts, env))
         seconds = time.monotonic() - start
         for block in connect:
-            _run_readme_block(block, work, home, scripts, env)
+            README.run_checked(block, work, home, scripts, env)
     finally:
         _gpuspark("cluster down", work, env, check=False)
     record_quickstart(seconds, blocks, load)
-
-
-def _run_readme_block(
-    block: Any, work: Path, home: Path, scripts: Path, env: dict[str, str]
-) -> dict[str, Any]:
-    """Run one README block as written in ``work``, then its checks; its line and seconds."""
-    t0 = time.monotonic()
-    rc, out = README.run_block(README.block_argv(block, scripts), work, env)
-    print(f"README.md line {block.line}: rc {rc}\n{out}")
-    assert rc == 0, f"README.md line {block.line} failed (exit {rc}):\n{out[-6000:]}"
-    if block.line in README.CHECKS:
-        README.CHECKS[block.line](out, work, home)
-    return {"line": block.line, "seconds": round(time.monotonic() - t0, 1)}
 
 
 def _team_spec(path: Path) -> Path:
