@@ -101,6 +101,23 @@ def spark(spark_factory: SparkFactory) -> Any:
     return spark_factory.get()
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` deselected: only the tests that run count
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests that build a session with other settings (marker ``own_session``) last
+    in their module, and their modules after every other module, each in its order: the shared
+    session is rebuilt for each of them (about 10 s, with cold executors and Python workers),
+    and then not again for every default-session test that would have followed."""
+    order = {path: n for n, path in enumerate(dict.fromkeys(i.path for i in items))}
+    own = {i.path for i in items if i.get_closest_marker("own_session")}
+
+    def key(item: pytest.Item) -> tuple[int, int, bool]:
+        if item.path not in own:
+            return (0, 0, False)
+        return (1, order[item.path], item.get_closest_marker("own_session") is not None)
+
+    items.sort(key=key)  # stable: every other test keeps its place
+
+
 # --------------------------------------------------------------------------- the time budget
 
 _BUDGET_ENV = "GPUSPARK_TEST_BUDGET_S"

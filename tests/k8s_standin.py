@@ -333,7 +333,7 @@ class StandIn:
         ctx.verify_mode = ssl.CERT_OPTIONAL  # as kube-apiserver: a certificate is one way in
         handler = type("Handler", (_Handler,), {"standin": self})
         self._httpd = _TLSServer(("127.0.0.1", 0), handler, ctx)
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -324,6 +324,7 @@ def _session_conf_from_rendered(tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.slow  # ~50 s; the session path's GPU task sharing runs by default in test_spine
 @pytest.mark.spark
+@pytest.mark.own_session
 def test_session_from_rendered_conf_schedules_gpu_tasks(spark_factory, tmp_path: Path) -> None:
     conf = _session_conf_from_rendered(tmp_path)
     assert conf["spark.executor.resource.gpu.amount"] == "1"

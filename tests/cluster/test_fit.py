@@ -215,7 +215,7 @@ def test_the_page_is_read_at_the_specs_master_ui_port() -> None:
             return
 
     server = HTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     master = json.loads(body)["url"]  # spark://127.0.0.1:40037, the host the page names
     try:
         port = str(server.server_port)

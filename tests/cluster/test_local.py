@@ -74,6 +74,7 @@ def test_start_refuses_a_second_cluster_in_the_same_state_dir(local_cluster: Any
 
 
 @pytest.mark.slow  # ~55 s; test_spine checks the same sharing on the spec-shaped cluster
+@pytest.mark.own_session
 def test_four_tasks_share_one_gpu_address(spark_factory: Any) -> None:
     """Executor GPU 1 + task GPU 0.25: four tasks run at the same time on one address."""
     spark = spark_factory.get(

@@ -183,6 +183,7 @@ def test_prep_images_through_sc_commits_the_classic_dataset(
     assert prov["spark_connect"] is True and prov["spark_master"].startswith("spark://")
 
 
+@pytest.mark.slow  # ~25 s; CI's `make test-compat` runs it as the README's Connect quickstart
 def test_prep_through_the_clusters_server_by_default(
     connect_cluster: dict[str, Any], tmp_path: Path
 ) -> None:

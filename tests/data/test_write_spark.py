@@ -179,6 +179,7 @@ def _attempts(markers: Path) -> dict[int, set[int]]:
     return out
 
 
+@pytest.mark.own_session
 def test_retries_and_speculation_commit_exactly_once(spark_factory, tmp_path: Path):
     spark = spark_factory.get(**_RETRY_CONF)
     markers = tmp_path / "markers"
@@ -195,6 +196,7 @@ def test_retries_and_speculation_commit_exactly_once(spark_factory, tmp_path: Pa
 
 
 @pytest.mark.slow
+@pytest.mark.own_session
 def test_killed_executor_mid_write(spark_factory, tmp_path: Path):
     spark = spark_factory.get(**_RETRY_CONF)
     markers = tmp_path / "markers"
@@ -275,6 +277,7 @@ def test_write_partitions_planned_shards_and_reports(spark, tmp_path: Path):
     _assert_clean(tmp_path / "ds", m)
 
 
+@pytest.mark.own_session
 def test_write_partitions_retried_shard_reports_once(spark_factory, tmp_path: Path):
     from gpuspark.data.write import write_partitions
 

@@ -223,6 +223,7 @@ def test_a_cancelled_job(spark: Any, tmp_path: Path) -> None:
 
 @pytest.mark.slow  # its own session, an executor killed and replaced (~30-60 s)
 @pytest.mark.spark
+@pytest.mark.own_session
 def test_an_executor_lost_in_a_barrier_stage(spark_factory: Any, tmp_path: Path) -> None:
     from pyspark import cloudpickle as spark_pickle  # Spark ships functions with its own
 
@@ -257,6 +258,7 @@ def _barrier_job(spark: Any, partitions: int) -> Any:
 
 @pytest.mark.slow  # waits out Spark's barrier-slot check (about 20 s)
 @pytest.mark.spark
+@pytest.mark.own_session
 def test_a_barrier_stage_asking_more_slots_than_exist(spark_factory: Any, tmp_path: Path) -> None:
     spark = spark_factory.get(
         **{
@@ -289,6 +291,7 @@ def test_a_barrier_stage_asking_more_slots_than_exist(spark_factory: Any, tmp_pa
 
 @pytest.mark.slow  # two session rebuilds (~60 s); the refusal itself is in test_preflight
 @pytest.mark.spark
+@pytest.mark.own_session
 def test_training_with_dynamic_allocation_on(spark_factory: Any, tmp_path: Path) -> None:
     spark = spark_factory.get(**{"spark.dynamicAllocation.enabled": "true"})
     try:

@@ -63,6 +63,7 @@ def test_task_cpus_are_the_executor_core_share_of_a_gpu_slot() -> None:
 
 @pytest.mark.slow  # two session rebuilds (~60 s); the rule itself is tested above
 @pytest.mark.spark
+@pytest.mark.own_session
 def test_spark_dynamic_allocation_refused_before_any_task(spark_factory: Any) -> None:
     # It rebuilds the session (about 10 s); the next user rebuilds back.
     spark = spark_factory.get(

@@ -61,6 +61,7 @@ def test_spark_names_are_what_spark_exposes() -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.own_session
 def test_spark_names_on_a_live_driver(spark_factory: Any) -> None:
     """The driver and executor names, read again from a running application."""
     spark = spark_factory.get(

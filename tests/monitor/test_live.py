@@ -22,21 +22,23 @@ pytestmark = [
 ]
 
 
-# Rank body: a tiny model trained through ``fit`` (metrics on by default) for about argv[1]
-# seconds: 60 steps, so several 1 s scrapes see it move.
+# Rank body: a tiny model trained through ``fit`` (metrics on by default): 60 steps of 0.4 s
+# each, so several 1 s scrapes see it move, until the test has seen what it looks for and
+# writes the file argv[1]; the steps left then run at full speed.
 SCRIPT = """
-import sys, time
+import os, sys, time
 import torch
 from gpuspark.train import FitConfig, fit, prepare
 
-seconds = float(sys.argv[1])
+seen = sys.argv[1]
 torch.manual_seed(0)
 model = prepare(torch.nn.Linear(16, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 batches = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(20)]
 
 def slow(x, y):
-    time.sleep(seconds / 60)
+    if not os.path.exists(seen):
+        time.sleep(0.4)
     return x, y
 
 fit(model, opt, torch.nn.functional.cross_entropy, batches,
@@ -85,13 +87,13 @@ def test_live_training_is_watched(spark: Any, prometheus: str, tmp_path: Path) -
     from gpuspark.launch import run
     from gpuspark.monitor import names as n
 
-    script = tmp_path / "train.py"
+    script, seen = tmp_path / "train.py", tmp_path / "seen"
     script.write_text(SCRIPT)
     out: dict[str, Any] = {}
 
     def body() -> None:
         try:
-            out["value"] = run(str(script), "20", num_processes=2, spark=spark)
+            out["value"] = run(str(script), str(seen), num_processes=2, spark=spark)
         except BaseException as exc:
             out["error"] = exc
 
@@ -106,9 +108,12 @@ def test_live_training_is_watched(spark: Any, prometheus: str, tmp_path: Path) -
     run_id = ranks[0]["metric"]["run_id"]
     assert {r["metric"]["rank"] for r in ranks} == {"0", "1"}
     first = {r["metric"]["rank"]: float(r["value"][1]) for r in ranks}
-    time.sleep(3)
-    later = {r["metric"]["rank"]: float(r["value"][1]) for r in _series(url, n.SAMPLES)}
-    assert all(later[k] > first[k] for k in first), (first, later)
+
+    def risen() -> bool:
+        later = {r["metric"]["rank"]: float(r["value"][1]) for r in _series(url, n.SAMPLES)}
+        return all(later.get(k, 0.0) > v for k, v in first.items())
+
+    _wait(risen, 30, f"per-rank samples series rising from {first}")
     targets = _series(url, f'up{{job="gpuspark-runs", run_id="{run_id}"}} == 1')
     assert len(targets) == 2
     # `gpuspark top --once --json` reads the same server while the run goes on.
@@ -119,6 +124,7 @@ def test_live_training_is_watched(spark: Any, prometheus: str, tmp_path: Path) -
     # Spark: the executors of the application are scraped.
     assert _series(url, 'metrics_executor_activeTasks{job="spark-executors"}')
     assert _series(url, 'up{job="spark-master"} == 1')
+    seen.write_text("seen")  # the ranks' steps left run at full speed
     thread.join(240)
     assert "error" not in out, out.get("error")
     # The run's targets vanish with the run (file_sd: no reload, no edit of prometheus.yml).

@@ -94,6 +94,7 @@ def apps(tmp_path: Path, local_cluster: Any) -> Iterator[Callable[..., subproces
             proc.wait()
 
 
+@pytest.mark.own_session
 def test_two_teams_capped_status_and_why(
     local_cluster: Any, spark_factory: Any, apps: Callable[..., Any]
 ) -> None:

@@ -61,7 +61,7 @@ def server() -> Iterator[tuple[str, dict[str, Any]]]:
     routes: dict[str, Any] = {}
     handler = type("H", (_Handler,), {"routes": routes, "seen_auth": []})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}", routes
     httpd.shutdown()
