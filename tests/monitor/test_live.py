@@ -122,8 +122,9 @@ def test_live_training_is_watched(spark: Any, prometheus: str, tmp_path: Path) -
     shown = [r for r in json.loads(res.output)["ranks"] if r["run_id"] == run_id]
     assert len(shown) == 2 and all(r["steps"] > 0 for r in shown), shown
     # Spark: the executors of the application are scraped.
-    assert _series(url, 'metrics_executor_activeTasks{job="spark-executors"}')
-    assert _series(url, 'up{job="spark-master"} == 1')
+    executors = 'metrics_executor_activeTasks{job="spark-executors"}'
+    _wait(lambda: _series(url, executors), 60, "the executors' series")
+    _wait(lambda: _series(url, 'up{job="spark-master"} == 1'), 60, "the master's target up")
     seen.write_text("seen")  # the ranks' steps left run at full speed
     thread.join(240)
     assert "error" not in out, out.get("error")
