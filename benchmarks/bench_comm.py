@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             "step_ms_runs": [round(s * 1000, 1) for s in r["step_s"]],
         })  # fmt: skip
     model = (
-        f"MONAI resnet{shape['depth']} 3D, widen_factor {shape['width']}, "
+        f"resnet{shape['depth']} 3D of MONAI's layout, widen_factor {shape['width']}, "
         f"{res['_parameters']:,} parameters, input {shape['batch']}x1x{shape['size']}^3 per rank"
     )
     print(f"bench_comm: 2 ranks, gloo, 1 thread each; {model}")

@@ -1,9 +1,10 @@
 """Where DDP's exposed communication goes on 2 local gloo ranks: the last bucket, side by side.
 
-The resnet3d recipe's network (MONAI resnet10 3D, widen 0.5, 8x1x32^3 per rank) in plain DDP
-on 2 local gloo ranks, 1 thread each, with a timed all-reduce hook: for every bucket, on both
-ranks, the time it was handed over and the time its all-reduce completed (``perf_counter`` is
-one clock for all processes of a machine). Per step of rank 0, after 3 warm-up steps:
+The resnet3d recipe's network (resnet10 3D of MONAI's layout, widen 0.5, 8x1x32^3 per rank)
+in plain DDP on 2 local gloo ranks, 1 thread each, with a timed all-reduce hook: for every
+bucket, on both ranks, the time it was handed over and the time its all-reduce completed
+(``perf_counter`` is one clock for all processes of a machine). Per step of rank 0, after 3
+warm-up steps:
 
 - exposed: last completion - rank 0's hand-over of the last bucket (what ``fit`` reports);
 - wait: how much later rank 1 handed the last bucket over (0 if it was first);

@@ -15,9 +15,9 @@ Two workloads, each scored three ways:
    - *one process*: pyarrow batches of the same file, the same encoding in pyarrow, the
      network, written as Parquet.
 2. **resnet3d**: ``--studies`` synthetic CT studies (``synth_ct``, 64-pixel slices, 36-48
-   slices each) scored with the demo's network (MONAI ResNet-10, width 0.25, stem stride 2,
-   re-window 100/100) on the demo's preprocessing (32^3 volumes, recorded by a ``prep dicom``
-   run over 8 other studies, 2 with ``--quick``), 8 volumes per call.
+   slices each) scored with the demo's network (ResNet-10 of MONAI's layout, width 0.25, stem
+   stride 2, re-window 100/100) on the demo's preprocessing (32^3 volumes, recorded by a
+   ``prep dicom`` run over 8 other studies, 2 with ``--quick``), 8 volumes per call.
    - *gpuspark*: ``predict(studies, best.pt, out, kind="dicom")``;
    - *predict_batch_udf*: what a user writes: the file list, a ``mapInPandas`` reading every
      header, ``groupBy`` series, a pandas UDF making each volume (the same ``prep_series``
@@ -301,10 +301,9 @@ def _serve_one_process(kind: str) -> int:
     if kind == "tabular":
         fn = one_process_tabular
     else:
-        import monai.networks.nets  # noqa: F401
-
         import gpuspark.infer.dicom
-        import gpuspark.infer.volume  # noqa: F401
+        import gpuspark.infer.volume
+        import gpuspark.train.recipes.resnet_model  # noqa: F401
 
         fn = one_process_volume
     src, best, out, runs = json.loads(sys.stdin.readline())

@@ -4,7 +4,7 @@
 #   1. NCCL process group, world size 1, DDP via gpuspark.train.prepare (+ byte meter)
 #   2. bf16 autocast (amp="bf16") forward/backward/optimizer steps
 #   3. ShardDataset loader with pinned memory and device="cuda" (copies on a side stream)
-#   4. MONAI ResNet-50 2D images/s: fed by gpuspark shards vs synthetic in-GPU tensors
+#   4. ResNet-50 2D (the resnet2d recipe's network) images/s: fed by gpuspark shards vs synthetic in-GPU tensors
 #   5. the rank exporter's /metrics carries the CUDA memory gauges on a GPU (absent on CPU)
 #   6. (separate block, bert) one FSDP step of the `base` BERT in bf16 on CUDA, peak memory;
 #      writes benchmarks/results/gpu_check_bert.json (without CUDA: one tiny fp32 gloo step)
@@ -70,10 +70,10 @@ from gpuspark.train import ddp
 
 backend = ddp.init_distributed("nccl" if CUDA else "gloo")
 row("process group (world size 1)", "ok", backend)
-from monai.networks.nets import resnet50
+from gpuspark.train.recipes.resnet_model import resnet
 
 torch.manual_seed(0)
-net = resnet50(spatial_dims=2, n_input_channels=3, num_classes=10)
+net = resnet(50, spatial_dims=2, n_input_channels=3, num_classes=10)
 model = ddp.prepare(net, amp="bf16" if CUDA else None)
 device = model.gpuspark_info.device
 row("prepare(ResNet-50 2D)", "ok", f"device {device}, "

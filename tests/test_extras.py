@@ -68,7 +68,7 @@ def test_recipe_extras_are_known() -> None:
 
     recipes = [get_recipe(n) for n in recipe_names()]
     pairs = {(r.name, m, e) for r in recipes for m, e in r.extras}
-    assert ("resnet3d", "monai", "dicom") in pairs
+    assert ("resnet2d", "PIL", "images") in pairs
     for name, module, extra in pairs:
         assert module.partition(".")[0] in EXTRAS.get(extra, ()), (name, module, extra)
 
@@ -144,7 +144,7 @@ def test_the_scan_finds_what_it_must_refuse() -> None:
     bad = (
         "from PIL import Image\n"  # module level
         "def f():\n"
-        "    import monai.networks\n"
+        "    import pylibjpeg.utils\n"
         "    require('pydicom', 'images', 'x')\n"  # wrong extra
         "    check_extras('x', ('tokenizers', 'text'), name)\n"  # not a literal pair
         "require('matplotlib', 'plot', 'x')\n"  # module level
@@ -173,7 +173,7 @@ def test_domain_libraries_are_imported_only_through_require_inside_functions() -
     assert not found, found
     extras_used = {extra for _, extra in used}
     assert extras_used == set(EXTRAS), "an extra no code requires, or EXTRAS lacks one"
-    assert ("pydicom", "dicom") in used and ("monai.networks.nets", "images") in used
+    assert ("pydicom", "dicom") in used and ("PIL.Image", "images") in used
 
 
 # --------------------------------------------------------------------------- the message
@@ -202,7 +202,9 @@ def test_check_extras_names_every_missing_extra_without_importing(monkeypatch) -
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # simulated: not installed
     monkeypatch.setitem(sys.modules, "pydicom", None)  # simulated: not installed
     with pytest.raises(GpusparkError) as info:
-        check_extras("the demo", ("pydicom", "dicom"), ("monai", "dicom"), ("matplotlib", "plot"))
+        check_extras(
+            "the demo", ("pydicom", "dicom"), ("pylibjpeg", "dicom"), ("matplotlib", "plot")
+        )
     assert str(info.value) == (
         "the demo needs the [dicom] and [plot] extras: pydicom, matplotlib are not installed "
         "(pip install 'gpuspark[dicom,plot]')"

@@ -266,6 +266,11 @@ LAZY_IMPORTS: list[tuple[str, str, str]] = [
         "gpuspark.train.recipes.tabular_model",
         "heavy: the model module imports torch at module level",
     ),
+    (
+        "gpuspark.train.recipes.resnet[23]d",
+        "gpuspark.train.recipes.resnet_model",
+        "heavy: the model module imports torch at module level",
+    ),
 ]
 
 

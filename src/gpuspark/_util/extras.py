@@ -23,15 +23,15 @@ from gpuspark.errors import GpusparkError
 __all__ = ["EXTRAS", "check_extras", "missing_extra", "require"]
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "dicom": ("pydicom", "pylibjpeg", "monai"),
-    "images": ("PIL", "simplejpeg", "monai"),
+    "dicom": ("pydicom", "pylibjpeg"),
+    "images": ("PIL", "simplejpeg"),
     "text": ("tokenizers",),
     "plot": ("matplotlib",),
     "kubernetes": ("lightkube", "httpx2", "msgspec"),
     "mlflow": ("mlflow", "sqlalchemy", "alembic"),
 }
-"""The top-level modules that each extra installs (``monai`` is in two: the 3D and the 2D
-ResNet recipes). ``httpx2`` and ``msgspec`` come with lightkube, whose objects they build."""
+"""The top-level modules that each extra installs. ``httpx2`` and ``msgspec`` come with
+lightkube, whose objects they build."""
 _PROJECT = {"PIL": "Pillow"}
 """The project that installs a module, where its name differs (for messages)."""
 

@@ -308,7 +308,7 @@ def calibrate_cmd(
     depth: Annotated[
         int | None, typer.Option("--depth", help="resnet3d depth: 10, 18, 34 or 50 [default 18].")
     ] = None,
-    width: Annotated[float, typer.Option("--width", help="MONAI widen_factor, 1/64 to 8.")] = 1.0,
+    width: Annotated[float, typer.Option("--width", help="ResNet widen_factor, 1/64 to 8.")] = 1.0,
     input_shape: Annotated[
         str | None,
         typer.Option(

@@ -21,9 +21,9 @@ class DemoConfig:
     """Prepared volumes are resampled to ``volume``^3 voxels."""
     depth: int = 10
     width: float = 0.25
-    """MONAI ResNet ``widen_factor``: 0.25 gives 16/32/64/128 channels."""
+    """ResNet ``widen_factor``: 0.25 gives 16/32/64/128 channels."""
     stem_stride: int = 2
-    """Stride of the first convolution (MONAI ``conv1_t_stride``)."""
+    """Stride of the first convolution (``conv1_t_stride``)."""
     window: tuple[float, float] = (100.0, 100.0)
     """Training window (level, width) in HU: lesions (+60 HU over 40 HU soft tissue) at 0.5,
     soft tissue and liver near 0."""

@@ -45,7 +45,7 @@ def run_demo(cfg: DemoConfig, *, log: Any = print, spark: Any = None) -> dict[st
     and no cluster is started or stopped.
     """
 
-    check_extras("the demo", ("pydicom", "dicom"), ("monai", "dicom"), ("matplotlib", "plot"))
+    check_extras("the demo", ("pydicom", "dicom"), ("matplotlib", "plot"))
     out = Path(cfg.out).resolve()
     check_output_dir(Path(cfg.out), "output directory")
     if spark is None and cfg.spec is not None:  # a bad spec is refused before anything is written

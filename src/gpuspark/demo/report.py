@@ -47,7 +47,8 @@ def build_report(
         "prep": prep.as_dict(),
         "splits": summary.splits,
         "model": {
-            "name": f"MONAI resnet{cfg.depth} (spatial_dims=3, widen_factor={cfg.width}, "
+            "name": f"resnet{cfg.depth} of MONAI's layout (spatial_dims=3, "
+            f"widen_factor={cfg.width}, "
             f"conv1_t_stride={cfg.stem_stride})",
             "window_hu": list(cfg.window),
             "parameters": summary.parameters,

@@ -113,7 +113,7 @@ def predict_dicom(
     """
     t0 = time.monotonic()
     _check_options(batch_size, partitions)
-    check_extras("predict dicom", ("pydicom", "dicom"), ("monai", "dicom"))
+    check_extras("predict dicom", ("pydicom", "dicom"))
     loaded = load_volume_model(model)
     src = _studies(studies)
     root = check_destination(dst, overwrite, src)

@@ -27,13 +27,14 @@ if TYPE_CHECKING:
 __all__ = ["DOWNSAMPLING", "check_calibrate"]
 
 DOWNSAMPLING = 16
-"""How much the probed networks (MONAI ResNets) shrink each side of the input before the last
-stage, besides the stem's stride: max pool 2, then layers 2 to 4 stride 2 each, each halving
-with rounding up, so a side of ``n`` ends at ``ceil(n / (16 x stem stride))``. Training-mode
-batch norm there needs more than one value per channel: ``batch x`` those sides ``> 1``
-(measured: ``1x16x16x16`` at batch 1 fails in the last batch norm, ``1x17x16x16`` runs)."""
+"""How much the probed networks (ResNets of MONAI's layout) shrink each side of the input
+before the last stage, besides the stem's stride: max pool 2, then layers 2 to 4 stride 2
+each, each halving with rounding up, so a side of ``n`` ends at
+``ceil(n / (16 x stem stride))``. Training-mode batch norm there needs more than one value per
+channel: ``batch x`` those sides ``> 1`` (measured: ``1x16x16x16`` at batch 1 fails in the last
+batch norm, ``1x17x16x16`` runs)."""
 STEM_CHANNELS = 64
-"""Channels of the MONAI ResNets' first convolution at ``widen_factor`` 1: ``int(64 x width)``
+"""Channels of the ResNets' first convolution at ``widen_factor`` 1: ``int(64 x width)``
 must be at least 1, so ``--width`` is at least 1/64."""
 MAX_WIDTH = 8.0
 """Widest ``--width`` probed: the 3-D resnet18 holds about 2 billion parameters at 8."""

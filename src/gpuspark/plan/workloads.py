@@ -4,7 +4,7 @@ published per-GPU throughput that sets the default compute efficiency.
 Catalogue shapes are generated from the architectures' definitions (no torch needed):
 ResNet-50 v1.5 as in torchvision (25,557,032 parameters) and BERT-large (24 layers, hidden
 1024, 30,522-token vocabulary, about 335M parameters). The recipes' networks (``resnet3d``,
-``resnet2d``) are built with MONAI and measured with torch's FLOP counter.
+``resnet2d``) are built (ResNets of MONAI's layout) and measured with torch's FLOP counter.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def recipe_workload(
     options: dict[str, Any] | None = None,
     num_classes: int = 2,
 ) -> Workload:
-    """A gpuspark recipe's network (MONAI, built on CPU) with FLOPs counted by torch's
+    """A gpuspark recipe's network (built on CPU) with FLOPs counted by torch's
     ``FlopCounterMode`` over one forward + backward of one sample of ``input_shape``
     (default: ``1x64x64x64`` volumes for ``resnet3d``, ``3x224x224`` images for ``resnet2d``)."""
     import torch
@@ -190,7 +190,7 @@ def custom_workload(params: int, flops_per_sample: float, name: str = "custom") 
 
 CATALOGUE = {"resnet50": resnet50, "bert-large": bert_large}
 RECIPE_WORKLOADS = ("resnet3d", "resnet2d")
-"""The recipes the planner builds and the calibration probes: MONAI ResNets on volumes and
+"""The recipes the planner builds and the calibration probes: ResNets on volumes and
 images (see :data:`gpuspark.plan.probe_checks.DOWNSAMPLING`)."""
 
 

@@ -1,9 +1,9 @@
-"""Ready training recipes on gpuspark shards (MONAI networks).
+"""Ready training recipes on gpuspark shards (own networks; the ResNets of MONAI's layout).
 
-- ``resnet3d``: MONAI ResNet 10/18/34/50 with ``spatial_dims=3`` and one input channel on CT
-  volume shards from ``gpuspark prep dicom``; random flips and small intensity shifts;
-  validation accuracy and ROC AUC after each epoch; the best model exported to ``best.pt``.
-- ``resnet2d``: MONAI ResNet-50 with ``spatial_dims=2`` on image-folder shards from
+- ``resnet3d``: ResNet 10/18/34/50 (MONAI's layout) with ``spatial_dims=3`` and one input
+  channel on CT volume shards from ``gpuspark prep dicom``; random flips and small intensity
+  shifts; validation accuracy and ROC AUC after each epoch; the best model exported to ``best.pt``.
+- ``resnet2d``: ResNet-50 (MONAI's layout) with ``spatial_dims=2`` on image-folder shards from
   ``gpuspark prep images``; validation top-1.
 - ``bert``: a BERT-style masked-language-model encoder (sizes ``tiny`` to ``large``) on the
   token datasets of ``gpuspark prep text``; dynamic masking in the loader; masked-LM loss
@@ -27,6 +27,7 @@ returns rank 0's summary.
 ``run_dirs``        the checkpoint and output folders of a run
 ``resnet3d``        the ``resnet3d`` recipe
 ``resnet2d``        the ``resnet2d`` recipe
+``resnet_model``    their network: :func:`resnet`, MONAI's layout and keys (imports torch)
 ``tabular``         the ``tabular`` recipe
 ``tabular_model``   its network, :class:`TabularNet` (imports torch: import it where needed)
 ``bert``            the ``bert`` recipe: masking, dataset, loss, scores

@@ -152,8 +152,8 @@ def _powersgd_rank(text: str) -> int:
 class ModelConfig:
     """Model options more than one recipe reads; each recipe's own are in :attr:`options`."""
 
-    width: float = option(1.0, cli="Channel width multiplier (MONAI).")
-    """``resnet3d``, ``resnet2d``: MONAI ``widen_factor``, the channel width multiplier
+    width: float = option(1.0, cli="Channel width multiplier.")
+    """``resnet3d``, ``resnet2d``: ``widen_factor`` (MONAI's name), the channel width multiplier
     (0.25 = 16/32/64/128 channels)."""
     dropout: float = option(0.1, cli="tabular, bert: dropout after each layer.")
     """``tabular``, ``bert``: dropout after each layer."""

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 RESNET_DEPTHS = (10, 18, 34, 50)
-"""The MONAI ResNet depths a recipe can build."""
+"""The ResNet depths a recipe can build (:data:`~gpuspark.train.recipes.resnet_model.LAYERS`)."""
 BERT_SIZE_NAMES = ("tiny", "small", "base", "large")
 """``bert`` sizes (shapes in :data:`gpuspark.train.recipes.bert_model.BERT_SIZES`)."""
 
@@ -75,16 +75,16 @@ class ResNet3dOptions:
     """The model options of ``resnet3d`` (``width`` is shared: :class:`ModelConfig`)."""
 
     depth: int = option(18, cli="resnet3d depth: 10, 18, 34 or 50.")
-    """MONAI ResNet depth, one of :data:`RESNET_DEPTHS`."""
+    """ResNet depth, one of :data:`RESNET_DEPTHS`."""
     stem_stride: int = option(1, cli="resnet3d first-conv stride (1 or 2).")
-    """Stride of the first 7^3 convolution (MONAI ``conv1_t_stride``); 2 cuts the compute of
+    """Stride of the first 7^3 convolution (``conv1_t_stride``); 2 cuts the compute of
     the stem, the most expensive layer at full resolution, about 8x."""
     window: tuple[float, float] | None = option(
         None, cli="resnet3d re-window LEVEL,WIDTH in HU (e.g. 100,100).", parse=window_pair
     )
     """Re-window uint8 CT volumes to (level, width) HU (``None``: as stored)."""
     pool: str = "avg"
-    """Global pooling: ``"avg"`` (MONAI's) or ``"max"`` (small focal findings)."""
+    """Global pooling: ``"avg"`` (MONAI's default) or ``"max"`` (small focal findings)."""
 
     def __post_init__(self) -> None:
         if self.depth not in RESNET_DEPTHS:

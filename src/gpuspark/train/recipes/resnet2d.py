@@ -1,4 +1,5 @@
-"""``resnet2d``: MONAI ResNet-50 (``spatial_dims=2``, RGB) on image-folder shards.
+"""``resnet2d``: ResNet-50 of MONAI's layout (``spatial_dims=2``, RGB) on image-folder shards
+(:mod:`gpuspark.train.recipes.resnet_model`).
 
 Reads the shards of ``gpuspark prep images`` (keys ``image`` and ``label``); the class count
 comes from the manifest's label map unless given; scored by top-1 accuracy.
@@ -10,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuspark._util.extras import require
 from gpuspark.data.load import ImageDecode
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy
@@ -39,10 +39,15 @@ def image_decoder(_cfg: RecipeConfig, _manifest: Manifest) -> Decoder:
 
 
 def build_resnet2d(cfg: RecipeConfig, num_classes: int) -> Any:
-    """MONAI ResNet-50 on RGB images (``cfg.depth`` does not apply)."""
-    nets = require("monai.networks.nets", "images", "the resnet2d recipe")
-    return nets.resnet50(
-        spatial_dims=2, n_input_channels=3, num_classes=num_classes, widen_factor=cfg.model.width
+    """ResNet-50 (MONAI's ``resnet50`` layout) on RGB images (``cfg.depth`` does not apply)."""
+    from gpuspark.train.recipes.resnet_model import resnet
+
+    return resnet(
+        50,
+        spatial_dims=2,
+        n_input_channels=3,
+        num_classes=num_classes,
+        widen_factor=cfg.model.width,
     )
 
 
@@ -66,7 +71,7 @@ def top1_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float | Non
 RESNET2D = register_recipe(
     Recipe(
         name="resnet2d",
-        description="MONAI ResNet-50 on image-folder shards (gpuspark prep images); top-1",
+        description="ResNet-50 (MONAI layout) on image-folder shards (gpuspark prep images); top-1",
         keys=("image", "label"),
         build_model=build_resnet2d,
         decoder=image_decoder,
@@ -76,6 +81,6 @@ RESNET2D = register_recipe(
         shape_options=("width",),
         sample_shape=(3, 224, 224),
         input_kind="jpeg",
-        extras=(("monai", "images"), ("PIL", "images")),
+        extras=(("PIL", "images"),),
     )
 )

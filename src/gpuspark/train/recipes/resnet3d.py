@@ -1,4 +1,5 @@
-"""``resnet3d``: MONAI ResNet 10/18/34/50 (``spatial_dims=3``, one channel) on CT volumes.
+"""``resnet3d``: ResNet 10/18/34/50 of MONAI's layout (``spatial_dims=3``, one channel) on CT
+volumes (:mod:`gpuspark.train.recipes.resnet_model`).
 
 Reads the volume shards of ``gpuspark prep dicom`` (keys ``volume`` and ``label``, label 1 =
 lesion); scored by ROC AUC (accuracy when a split holds one class only).
@@ -11,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuspark._util.extras import require
 from gpuspark.errors import RecipeError
 from gpuspark.train.recipes.common import accuracy, roc_auc
 from gpuspark.train.recipes.config import RecipeConfig
@@ -75,13 +75,15 @@ def volume_decoder(cfg: RecipeConfig, manifest: Manifest) -> Decoder:
 
 
 def build_resnet3d(cfg: RecipeConfig, num_classes: int) -> Any:
-    """MONAI ``resnet{cfg.depth}`` on one-channel volumes, optionally with max pooling."""
+    """ResNet ``cfg.depth`` (MONAI's ``resnet{depth}`` layout) on one-channel volumes,
+    optionally with max pooling."""
     import torch
 
-    nets = require("monai.networks.nets", "dicom", "the resnet3d recipe")
+    from gpuspark.train.recipes.resnet_model import resnet
+
     opts = cfg.model.of("resnet3d")
-    factory = getattr(nets, f"resnet{opts.depth}")
-    net = factory(
+    net = resnet(
+        opts.depth,
         spatial_dims=3,
         n_input_channels=1,
         num_classes=num_classes,
@@ -108,7 +110,7 @@ def binary_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float | N
 RESNET3D = register_recipe(
     Recipe(
         name="resnet3d",
-        description="MONAI 3D ResNet on CT volume shards (gpuspark prep dicom); AUC",
+        description="3D ResNet (MONAI layout) on CT volume shards (gpuspark prep dicom); AUC",
         keys=("volume", "label"),
         build_model=build_resnet3d,
         decoder=volume_decoder,
@@ -119,6 +121,5 @@ RESNET3D = register_recipe(
         sample_shape=(1, 64, 64, 64),
         input_kind="volume",
         options=ResNet3dOptions,
-        extras=(("monai", "dicom"),),
     )
 )
