@@ -117,6 +117,33 @@ def test_prep_images_end_to_end(spark, tmp_path: Path) -> None:
     assert json.loads(json.dumps(m.extra))["label_map"]["1"] == "class_01"
 
 
+def test_image_classes_come_from_one_listing_job(spark, tmp_path: Path) -> None:
+    """The class names of ``prep images``: a folder's files share its class, so one path per
+    (folder, image extension) names it; folders of non-images, and files directly in the
+    source, are no class; a nested folder is its top folder's class."""
+    from gpuspark.data.prep.images import _list_classes
+    from gpuspark.data.sources import ImageSource
+
+    src = tmp_path / "imgs"
+    layout = {
+        "cat/0-notes.txt": b"sorts before the images",
+        "cat/1.jpg": b"x",
+        "dog/2.PNG": b"x",
+        "owl/young/3.jpeg": b"x",
+        "docs/readme.md": b"not an image",
+        "stray.jpg": b"no class folder",
+    }
+    for rel, data in layout.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(data)
+    files, n_files, names = _list_classes(spark, str(src), ImageSource(str(src)))
+    try:
+        assert n_files == len(layout) == files.count()
+        assert names == ["cat", "dog", "owl"]
+    finally:
+        files.unpersist()
+
+
 def test_prep_dicom_refuses_a_source_without_files(spark, tmp_path: Path) -> None:
     from gpuspark.data.prep import PrepError, prep_dicom
 

@@ -34,7 +34,14 @@ from gpuspark.data.prep.common import (
 )
 from gpuspark.data.prep.job import PrepRun, Where, run_prep
 from gpuspark.data.prep.progress import Progress
-from gpuspark.data.sources import SPLIT_NAMES, ImageOptions, ImageSource, Source, assign_split
+from gpuspark.data.sources import (
+    IMAGE_EXTENSIONS,
+    SPLIT_NAMES,
+    ImageOptions,
+    ImageSource,
+    Source,
+    assign_split,
+)
 from gpuspark.errors import PrepError, QuarantineError
 
 log = logging.getLogger(__name__)
@@ -92,16 +99,38 @@ def prep_images(
     return run_prep("images", source, dst, write, partial(_run_images, options=options), where)
 
 
-def _list_nonempty(spark: Any, src: str) -> tuple[Any, int]:
-    """The persisted file listing of ``src`` (path, length; contents are not read) and its
-    size; refuses an empty source."""
+def _list_classes(spark: Any, src: str, source: Source) -> tuple[Any, int, list[str]]:
+    """The persisted file listing of ``src`` (path, length; contents are not read), its size,
+    and the class names of its images; refuses an empty source.
+
+    One Spark job that runs no Python: the listing counted per folder and per "has an image
+    extension", with one path of each such group. A file's class depends on its folder and
+    extension only (:func:`~gpuspark.data.sources.images.class_of`), so the header of that
+    one path (``source.read_header``) names the class of its whole group; files off the
+    layout are quarantined later, by the image tasks.
+    """
+    F = sql_functions(spark)
     reader = spark.read.format("binaryFile").option("recursiveFileLookup", "true")
     files = reader.load(src).select("path", "length").persist()
-    n_files = files.count()
+    image = "|".join(e.lstrip(".") for e in IMAGE_EXTENSIONS)
+    groups = (
+        files.groupBy(
+            F.regexp_extract("path", r"^(.*)/[^/]*$", 1).alias("folder"),
+            F.lower("path").rlike(rf"\.({image})$").alias("image"),
+        )
+        .agg(F.count(F.lit(1)).alias("files"), F.min("path").alias("path"))
+        .collect()
+    )
+    n_files = sum(int(g["files"]) for g in groups)
     if n_files == 0:
         files.unpersist()
         raise PrepError(f"source {src} holds no files", remedy="check the path")
-    return files, n_files
+    names: set[str] = set()
+    for g in groups:
+        if g["image"]:
+            with contextlib.suppress(QuarantineError):
+                names.add(source.read_header(g["path"])[0])
+    return files, n_files, sorted(names)
 
 
 def _image_fn(
@@ -168,25 +197,6 @@ def _image_sample(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _class_names(files: Any, source: Source) -> list[str]:
-    """The class names of the files' headers (files off the layout are quarantined later)."""
-
-    def names(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        seen: set[str] = set()
-        for batch in batches:
-            for path in batch.column("path").to_pylist():
-                with contextlib.suppress(QuarantineError):
-                    seen.add(source.read_header(path)[0])
-        yield pa.RecordBatch.from_pydict(
-            {"name": sorted(seen)}, schema=pa.schema([("name", pa.string())])
-        )
-
-    rows = files.mapInArrow(names, "name string").distinct().collect()
-    return sorted(r["name"] for r in rows)
-
-
 def _images_extra(
     src: str, options: Any, fractions: Any, label_map: dict[str, str], n_files: int, q_rows: list
 ) -> dict[str, Any]:
@@ -218,8 +228,7 @@ def _run_images(run: PrepRun, spark: Any, options: ImageOptions) -> PrepResult:
 
     source, src, fractions = run.require_source(), run.src, run.write.fractions
     with run.watching(spark) as watch:
-        files, n_files = _list_nonempty(spark, src)
-        names = _class_names(files, source)
+        files, n_files, names = _list_classes(spark, src, source)
         if not names:
             files.unpersist()
             raise PrepError(
