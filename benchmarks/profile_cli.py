@@ -5,9 +5,9 @@ function of ``gpuspark.cluster``, ``gpuspark.launch`` and ``gpuspark.data.prep``
 over 0.1 s, splits ``SparkSession.builder.getOrCreate`` into PySpark's own steps (the driver
 JVM's gateway, the SparkContext, the SparkSession), and reads the command's Spark driver log
 for the JVM side: driver up, executors granted, executors registered, each job's start and
-end. A rank that prints ``GPUSPARK_T0 <time.time()>`` as its first line adds the
+end. A rank that prints ``PROFILE_T0 <time.time()>`` as its first line adds the
 Python-worker side (the rank's start, next to its task's start in the driver log), for
-example ``import time; print("GPUSPARK_T0", time.time(), flush=True)`` first in ``train.py``::
+example ``import time; print("PROFILE_T0", time.time(), flush=True)`` first in ``train.py``::
 
     python benchmarks/profile_cli.py launch -n 2 train.py
     python benchmarks/profile_cli.py prep images data/images data/shards --world-size 2
@@ -39,7 +39,7 @@ T0 = time.time()
 MARKS: list[tuple[str, float, float]] = []
 """(what, start, seconds), start in seconds after T0."""
 RANK_STARTS: list[float] = []
-"""When each rank printed its ``GPUSPARK_T0`` stamp, in seconds after T0."""
+"""When each rank printed its ``PROFILE_T0`` stamp, in seconds after T0."""
 
 _PACKAGES = ("gpuspark.cluster", "gpuspark.launch", "gpuspark.data.prep")
 _LOG_EVENTS = {
@@ -72,14 +72,14 @@ def _timed(owner: Any, name: str, label: str) -> None:
 
 
 class _Tee(io.TextIOBase):
-    """stdout, noting the ``GPUSPARK_T0`` stamps that ranks print (their lines reach this
+    """stdout, noting the ``PROFILE_T0`` stamps that ranks print (their lines reach this
     process through the launcher's log streaming)."""
 
     def __init__(self, out: Any) -> None:
         self.out = out
 
     def write(self, text: str) -> int:
-        for stamp in re.finditer(r"GPUSPARK_T0 ([0-9.]+)", text):
+        for stamp in re.finditer(r"PROFILE_T0 ([0-9.]+)", text):
             RANK_STARTS.append(float(stamp.group(1)) - T0)
         return self.out.write(text)
 
@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
     for event, at in events:
         print(f"{event:<58} {at:>8.0f}")
     for at in sorted(RANK_STARTS):
-        print(f"{'rank started (its GPUSPARK_T0 line)':<58} {at:>8.2f}")
+        print(f"{'rank started (its PROFILE_T0 line)':<58} {at:>8.2f}")
     print(f"\ntotal {total:.2f} s, exit {code}")
     name = name or re.sub(r"[^a-z0-9]+", "_", "_".join(argv[:2]).lower()).strip("_")
     write_results(
