@@ -5,12 +5,15 @@ gives both the same ``GPUSPARK_COMPAT_RUN``, so their ratio is taken."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import platform
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,22 @@ def record_quickstart(seconds: float, blocks: list[dict[str, Any]], load: float)
     if not target:
         return
     path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path.parent):  # make test-compat runs two quickstarts side by side
+        _merge(path, seconds, blocks, load)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _merge(path: Path, seconds: float, blocks: list[dict[str, Any]], load: float) -> None:
     data = json.loads(path.read_text()) if path.exists() else {}
     runs = data.get("quickstart", {})
     version = str(spark_compat.installed_version())

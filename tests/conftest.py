@@ -101,21 +101,116 @@ def spark(spark_factory: SparkFactory) -> Any:
     return spark_factory.get()
 
 
+_SHARED_CLUSTER = frozenset({"local_cluster", "spark_factory", "spark"})
+
+
+def _on_shared_cluster(item: pytest.Item) -> bool:
+    return not _SHARED_CLUSTER.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+# pytest-xdist 3.8's ``loadgroup`` finds a test's group in its node id, which it rewrites on the
+# worker; pytest 9 no longer lets a plugin change a node id, so every test would be a unit of its
+# own. Here each worker writes its tests' groups to a file, and the controller's scheduler reads
+# them (``pytest_xdist_make_scheduler``).
+_UNITS_ENV = "TESTS_XDIST_UNITS_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On the controller of a ``--dist loadgroup`` run: a folder for the workers' groups (the
+    workers inherit this environment)."""
+    import tempfile
+
+    if getattr(config.option, "dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
+        os.environ[_UNITS_ENV] = tempfile.mkdtemp(prefix="pytest-units-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """On the controller: remove the groups' folder."""
+    import shutil
+
+    if not hasattr(config, "workerinput") and os.environ.get(_UNITS_ENV):
+        shutil.rmtree(os.environ.pop(_UNITS_ENV), ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the worker tells the controller its collection
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a worker: write each test's group (its ``xdist_group`` marker) for the scheduler."""
+    import json
+
+    folder, worker = os.environ.get(_UNITS_ENV), getattr(session.config, "workerinput", None)
+    if not folder or not worker:  # not a worker (a pytest that a test runs inherits the env)
+        return
+    units = {}
+    for item in session.items:
+        mark = item.get_closest_marker("xdist_group")
+        units[item.nodeid] = str(mark.args[0]) if mark and mark.args else item.nodeid
+    name = worker["workerid"]
+    tmp = os.path.join(folder, f".{name}.json.tmp")
+    with open(tmp, "w") as out:
+        json.dump(units, out)
+    os.replace(tmp, os.path.join(folder, f"{name}.json"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: xdist's scope scheduling, a unit being the tests of one group."""
+    folder = os.environ.get(_UNITS_ENV)
+    if getattr(config.option, "dist", "no") != "loadgroup" or not folder:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        _units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._units is None:
+                self._units = _read_units(folder)
+            return self._units.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def _read_units(folder: str) -> dict[str, str]:
+    """The groups the workers wrote (they collected the same tests)."""
+    import json
+    from pathlib import Path
+
+    units: dict[str, str] = {}
+    for path in sorted(Path(folder).glob("*.json")):
+        units.update(json.loads(path.read_text()))
+    return units
+
+
 @pytest.hookimpl(trylast=True)  # after `-m` deselected: only the tests that run count
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tests that build a session with other settings (marker ``own_session``) last
-    in their module, and their modules after every other module, each in its order: the shared
-    session is rebuilt for each of them (about 10 s, with cold executors and Python workers),
-    and then not again for every default-session test that would have followed."""
+    """Order the run and make its units of work.
+
+    The modules with a test on the shared cluster run first, whole, as one unit: with
+    ``make test``'s 2 workers (pytest-xdist, ``--dist loadgroup``) one worker runs them, in
+    this order, so the run starts one shared cluster, a module's own fixtures are built once,
+    and the longest unit starts at once. Every other module is a unit of its own, in its
+    place, for whichever worker is free.
+
+    Among the first, the tests that build a session with other settings (marker
+    ``own_session``) run last in their module, and their modules after every other module,
+    each in its order: the shared session is rebuilt for each of them (about 10 s, with cold
+    executors and Python workers), and then not again for every default-session test that
+    would have followed."""
+    shared = {i.path for i in items if _on_shared_cluster(i)}
     order = {path: n for n, path in enumerate(dict.fromkeys(i.path for i in items))}
     own = {i.path for i in items if i.get_closest_marker("own_session")}
 
     def key(item: pytest.Item) -> tuple[int, int, bool]:
+        if item.path not in shared:
+            return (2, 0, False)
         if item.path not in own:
             return (0, 0, False)
         return (1, order[item.path], item.get_closest_marker("own_session") is not None)
 
     items.sort(key=key)  # stable: every other test keeps its place
+    for item in items:
+        group = "shared-cluster" if item.path in shared else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 # --------------------------------------------------------------------------- the time budget

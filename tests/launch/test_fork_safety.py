@@ -11,6 +11,7 @@ Local launches, no Spark: the same check runs in each barrier task.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -69,3 +70,31 @@ def test_ranks_fork_until_the_launching_process_runs_openmp() -> None:
 )
 def test_start_method(backend: str, rdzv: str, fork_ok: bool, want: str) -> None:
     assert start_method(backend, rdzv, fork_ok) == want
+
+
+LONG_TMPDIR = textwrap.dedent(
+    """
+    import sys, torch
+    from gpuspark.launch import run
+
+    def pid():
+        import os
+        return os.getpid()
+
+    torch.set_num_threads(2)
+    (torch.randn(256, 256) @ torch.randn(256, 256)).sum()  # ranks come from a fork server
+    print("RANK0", run(pid, num_processes=2, local=True, gpus_per_process=0), flush=True)
+    """
+)
+
+
+def test_a_fork_server_starts_under_a_temp_folder_too_long_for_a_socket(tmp_path) -> None:
+    # Python 3.11 put the fork server's socket under $TMPDIR: "AF_UNIX path too long".
+    long_dir = tmp_path / ("t" * 60) / ("m" * 60)
+    long_dir.mkdir(parents=True)
+    env = {**os.environ, "TMPDIR": str(long_dir)}
+    done = subprocess.run(
+        [sys.executable, "-c", LONG_TMPDIR], capture_output=True, text=True, timeout=240, env=env
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "RANK0 " in done.stdout, done.stdout[-2000:]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 
 from gpuspark._util import envvars
 
@@ -29,6 +31,12 @@ PATH_ENV = envvars.FORKSERVER_SYS_PATH.name
 
 _PRELOAD = ["gpuspark.launch._internal.forkserver"]
 
+_SUN_PATH_MAX = 104
+"""Bytes a Unix socket's path may have (``sun_path``: 108 on Linux, 104 on macOS, with NUL)."""
+
+_SOCKET_IN_TEMP = os.path.join("pymp-xxxxxxxx", "listener-xxxxxxxx")
+"""Where multiprocessing puts the fork server's socket, under the temp folder."""
+
 
 def start() -> None:
     """Start this process's fork server now (it imports torch while the rendezvous runs)."""
@@ -38,9 +46,26 @@ def start() -> None:
     multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
     os.environ[PATH_ENV] = os.pathsep.join(sys.path)
     try:
-        forkserver.ensure_running()
+        with _socket_fits():
+            forkserver.ensure_running()
     finally:
         os.environ.pop(PATH_ENV, None)
+
+
+@contextlib.contextmanager
+def _socket_fits() -> Iterator[None]:
+    """Make the fork server's socket under the system's temp folder when ``$TMPDIR`` is too
+    long for a Unix socket's path (a scheduler's job folder, say; Python 3.11 would fail with
+    "AF_UNIX path too long", as 3.13 no longer does)."""
+    base = tempfile.gettempdir()
+    if len(os.path.join(base, _SOCKET_IN_TEMP).encode()) < _SUN_PATH_MAX:
+        yield
+        return
+    saved, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
 
 
 def _restore_path() -> None:
