@@ -88,7 +88,7 @@ jvm-archive: $(STAMP)
 
 # The default run fails when it takes longer than TEST_BUDGET_S (tests/conftest.py), so no
 # change quietly doubles it; `make test TEST_BUDGET_S=` turns the check off. 15 minutes: on a
-# clean clone on one idle 2-core machine the run took 408 s on 2 workers (777 s in one process).
+# clean clone on one idle 2-core machine the run took 371-408 s on 2 workers (777 s in one process).
 TEST_BUDGET_S ?= 900
 # Two pytest-xdist workers: one runs the tests on the shared cluster, first and in order, the
 # other the rest, module by module (tests/conftest.py); `make test TEST_WORKERS=0` runs one process.
