@@ -42,6 +42,7 @@ from gpuspark.cluster.driver_log import driver_java_options, write_log_config
 from gpuspark.cluster.fit import check_fits
 from gpuspark.cluster.jvm import java_options
 from gpuspark.cluster.plan import SessionPlan, local_defaults
+from gpuspark.cluster.pyspark_waits import preload_pandas, stop_session
 from gpuspark.cluster.security import missing_secret, read_secret, security_conf
 from gpuspark.cluster.state import ClusterState
 from gpuspark.errors import ClusterError, GpusparkError
@@ -119,7 +120,6 @@ def _embedded_at(master: str, state_dir: Any) -> LocalCluster | None:
 
 def _embedded_conf(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
     """The spec's settings with the embedded cluster's executor shape (see :mod:`.shape`)."""
-
     conf = {
         k: v
         for k, v in spark_conf(spec).items()
@@ -141,7 +141,6 @@ def _embedded_conf(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
 
 def _embedded_security(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
     """A secure embedded cluster (``cluster up --secure``): its secret, the spec's ACLs."""
-
     state = cluster.state
     if state is None or not state.secure:
         return {}
@@ -172,7 +171,6 @@ def _wait_for_executors(cores: int) -> dict[str, str]:
 
 
 def _spec_conf(spec: ClusterSpec, backend: Backend) -> dict[str, str]:
-
     return backend.session_spec_conf(spark_conf(spec), spec)
 
 
@@ -338,6 +336,8 @@ def session(
         _check_reuse(active, plan.master)
     fresh = active is None
     log_file = write_log_config() if fresh else None
+    if fresh:
+        preload_pandas()  # while the driver JVM starts (see pyspark_waits)
     builder = SparkSession.builder.master(plan.master).appName(plan.app_name)
     for key, value in plan.conf.items():
         builder = builder.config(key, value)
@@ -454,7 +454,7 @@ def job_session(
         finally:
             if not is_connect_session(s):  # a Connect client's application is the server's
                 withdraw_app(str(s.sparkContext.applicationId), spec_obj)
-            s.stop()
+            stop_session(s)
 
 
 def _announce(spark: SparkSession, spec: ClusterSpec | str | os.PathLike[str] | None) -> None:

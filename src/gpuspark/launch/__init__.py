@@ -5,7 +5,8 @@
 ``num_processes / processes_per_task`` tasks with a task resource profile asking whole GPUs, so
 the application keeps ``spark.task.resource.gpu.amount=0.25`` for its data work. Each task sets
 ``CUDA_VISIBLE_DEVICES`` from ``TaskContext.resources()``, shares task 0's host and a free port
-with ``BarrierTaskContext.allGather`` and starts its ranks through torch's elastic agent. Rank
+with the others through the driver (``BarrierTaskContext.allGather`` when it cannot reach the
+driver's log server) and starts its ranks through torch's elastic agent. Rank
 lines stream to the driver as ``[rank r] ...``; rank 0's return value comes back; a failure
 raises one :class:`~gpuspark.errors.LaunchError` naming the rank, its host and the end of its
 traceback.

@@ -3,10 +3,10 @@
 A Spark Connect client has no RDD API and no JVM, so the stage is
 ``spark.range(n, numPartitions=n).mapInArrow(fn, schema, barrier=True, profile=...)``, the way
 Spark's own TorchDistributor runs on Connect. ``fn`` wraps the classic stage's task body
-(:func:`gpuspark.launch.spark.barrier_task`): the same rendezvous (``allGather``), log streaming
-to a :class:`LogServer` on this client, failure reports and rank 0's value. Each task's report
-comes back cloudpickled in a binary column (one Arrow batch per report, in chunks of 1 MiB)
-and is unpickled here.
+(:func:`gpuspark.launch.spark.barrier_task`): the same exchange through the log server, log
+streaming to a :class:`LogServer` on this client, failure reports and rank 0's value. Each
+task's report comes back cloudpickled in a binary column (one Arrow batch per report, in
+chunks of 1 MiB) and is unpickled here.
 
 What differs from the classic stage:
 
@@ -202,6 +202,7 @@ def run_connect(
     server.on_failure = lambda _rec: server.abort("a rank failed")
     server.show_info = attempt == 0
     server.on_metrics = on_metrics
+    server.gathering.size = req.num_tasks
     if output is not None:
         server.output = output
     tag = f"gpuspark-launch-{run_id}-{attempt}"

@@ -3,7 +3,8 @@
 The stage carries a task resource profile asking whole GPUs per task (stage-level scheduling),
 so the application keeps ``spark.task.resource.gpu.amount=0.25`` for its data work. Each task
 sets ``CUDA_VISIBLE_DEVICES`` from ``TaskContext.resources()``, shares task 0's host and a free
-port with ``BarrierTaskContext.allGather`` and starts its ranks through torch's elastic agent.
+port through the driver's log server (:mod:`._internal.gather`; ``BarrierTaskContext.allGather``
+when a task cannot reach it) and starts its ranks through torch's elastic agent.
 Every task compares its Python with the driver's (after the gather, before any rank starts), so
 no separate job has to start the executors' Python workers first. Rank lines stream to the
 driver's log server; the first failure, or the timeout, stops every task. A task the driver
@@ -81,7 +82,9 @@ def barrier_task(
             "cuda": bool(gpus) and cuda_available(),
             "python": list(sys.version_info[:2]),
         }
-        tasks = [json.loads(s) for s in ctx.allGather(json.dumps(me))]
+        tasks = sink.gather(me)
+        if tasks is None:
+            tasks = [json.loads(s) for s in ctx.allGather(json.dumps(me))]
         if any(tuple(t["python"]) != tuple(req.driver_python) for t in tasks):
             pythons = [t["python"] for t in tasks]
             yield {"ok": False, "task": index, "host": host, "pythons": pythons}
@@ -174,6 +177,7 @@ def run_barrier(
     server.on_failure = lambda _rec: server.abort("a rank failed")
     server.show_info = attempt == 0
     server.on_metrics = on_metrics
+    server.gathering.size = req.num_tasks
     if output is not None:
         server.output = output
     tag = f"gpuspark-launch-{run_id}-{attempt}"

@@ -7,9 +7,11 @@ timeout) so healthy ranks do not wait for peers that are gone.
 
 Protocol, one UTF-8 line per message: task -> driver ``HELLO <token> <task>``,
 ``L <rank> <text>``, ``N <kind> <json>`` (kind ``task``, ``failed``, ``info`` or ``metrics``:
-a rank's ``/metrics`` endpoint), ``P`` (a heartbeat, every :data:`HEARTBEAT_S` while the task
-runs), ``BYE`` (the task's last word); driver -> task ``ABORT``. A task whose stream stays open
-but silent (:meth:`LogServer.silent`) cannot reach the driver: its host is cut off.
+a rank's ``/metrics`` endpoint), ``G <json>`` (the task's part of the exchange
+before its ranks start, :mod:`.gather`), ``P`` (a heartbeat, every :data:`HEARTBEAT_S` while
+the task runs), ``BYE`` (the task's last word); driver -> task ``ABORT``, ``G <json list>``.
+A task whose stream stays open but silent (:meth:`LogServer.silent`) cannot reach the driver:
+its host is cut off.
 
 On the driver, a :class:`RankOutput` decides where each rank line goes: the console, and with
 a log folder (``gpuspark launch --log-dir``) one file per rank.
@@ -28,6 +30,7 @@ from collections.abc import Callable, Collection
 from typing import IO, Any
 
 from gpuspark.errors import LaunchError
+from gpuspark.launch._internal.gather import FALLBACK, Gathering
 
 __all__ = ["HEARTBEAT_S", "LogServer", "PrintSink", "RankOutput", "SocketSink", "format_line"]
 
@@ -193,6 +196,8 @@ class LogServer:
         """Tasks whose stream is being read now."""
         self._active = 0
         self._idle = threading.Condition(self._lock)
+        self.gathering = Gathering(self._lock)
+        """The tasks' exchange; its ``size`` (the launch's task count) turns it on."""
         self._sock = socket.create_server((host, 0))
         self.host = host
         self.port = int(self._sock.getsockname()[1])
@@ -242,9 +247,12 @@ class LogServer:
                 for raw in lines:
                     self._heard(task)
                     said_bye = raw.rstrip("\n") == "BYE"
-                    if not said_bye:
+                    if raw.startswith("G "):
+                        self.gathering.add(conn, task, raw[2:].rstrip("\n"))
+                    elif not said_bye:
                         self._handle(raw.rstrip("\n"))
             finally:
+                self.gathering.gone(conn)
                 self._ended(task, said_bye)
 
     def _ended(self, task: int | None, said_bye: bool) -> None:
@@ -342,6 +350,7 @@ class LogServer:
     def close(self) -> None:
         """Stop accepting; connections end when their tasks do."""
         self._closed = True
+        self.gathering.close()
         with contextlib.suppress(OSError):
             self._sock.close()
 
@@ -371,6 +380,9 @@ class SocketSink:
         self._lock = threading.Lock()
         self._abort = threading.Event()
         self._closed = threading.Event()
+        self._answer: str | None = None
+        self._answered = threading.Event()
+        """Set by the driver's ``G`` answer, or when the driver's stream ends."""
         self._sock: socket.socket | None = None
         try:
             self._sock = socket.create_connection((host, port), timeout=10)
@@ -403,6 +415,10 @@ class SocketSink:
             for raw in fh:
                 if raw.strip() == "ABORT":
                     self._abort.set()
+                elif raw.startswith("G "):
+                    self._answer = raw[2:].strip()
+                    self._answered.set()
+        self._answered.set()  # the driver is gone: nobody will answer
 
     def _send(self, msg: str) -> None:
         data = (msg.replace("\n", " ") + "\n").encode("utf-8", "replace")
@@ -423,6 +439,25 @@ class SocketSink:
 
     def aborted(self) -> bool:
         return self._abort.is_set()
+
+    def gather(self, part: dict[str, Any]) -> list[Any] | None:
+        """Every task's ``part`` in task order, through the driver (:mod:`.gather`); None:
+        use ``BarrierTaskContext.allGather`` (the driver said so, or it cannot be reached).
+        Raises :class:`LaunchError` if the launch is stopped or the driver lost meanwhile."""
+        with self._lock:
+            connected = self._sock is not None
+        if not connected:
+            return None
+        self._send(f"G {json.dumps(part)}")
+        with self._lock:
+            if self._sock is None:  # not sent: the driver's wait sends the others to allGather
+                return None
+        while not self._answered.wait(0.2):
+            if self._abort.is_set():
+                raise LaunchError("the launch was stopped before its tasks met")
+        if self._answer is None:
+            raise LaunchError("lost the driver's log server before the tasks met")
+        return None if self._answer == FALLBACK else list(json.loads(self._answer))
 
     def close(self) -> None:
         """Say goodbye and close the connection (the driver sees the end of this task's
