@@ -81,9 +81,10 @@ $(STAMP): pyproject.toml constraints.txt | java monitoring-tools
 # Spark installation (about 30 s) under ~/.gpuspark/jvm; later drivers start in about half the
 # time. Nothing to do when it exists; GPUSPARK_JVM_TUNING=0 skips it.
 jvm-archive: $(STAMP)
-	@$(BIN)/python -c "from gpuspark.cluster.jvm import archive_path as p; import sys; \
-	a = p(); sys.exit(0 if a is None or a.is_file() else 1)" \
-	|| (echo "gpuspark: building the driver JVM's class-data-sharing archive (about 30 s)"; \
+	@$(BIN)/python -c "from gpuspark.cluster.jvm import archive_path, executor_archive_path; \
+	import sys; a = [archive_path(), executor_archive_path()]; \
+	sys.exit(0 if all(p is None or p.is_file() for p in a) else 1)" \
+	|| (echo "gpuspark: building the driver's and the executors' class-data-sharing archives (about 60 s)"; \
 	    $(BIN)/python -c "from gpuspark.cluster.jvm import build_archive; build_archive()")
 
 # The default run fails when it takes longer than TEST_BUDGET_S (tests/conftest.py), so no

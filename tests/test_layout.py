@@ -178,6 +178,12 @@ LAZY_IMPORTS: list[tuple[str, str, str]] = [
         "cycle: the embedded cluster (local.py) builds its sessions through session.py",
     ),
     (
+        "gpuspark.cluster.jvm",
+        "gpuspark.cluster.executor_archive",
+        "cycle: the executor archive's temporary cluster starts its sessions with jvm.py's "
+        "options; only the archive build's child process runs it",
+    ),
+    (
         "gpuspark.data",
         "gpuspark.data.frame",
         "a lazy attribute: `gpuspark.data.from_dataframe` without loading the table format",

@@ -52,6 +52,55 @@ def test_the_archive_goes_to_the_driver_only(home: Path) -> None:
     assert EXECUTOR not in conf
 
 
+def _executor_archive(home: Path) -> Path:
+    path = jvm.executor_archive_path()
+    assert path is not None and path.parent == home
+    home.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a real archive")
+    return path
+
+
+def test_the_executor_archive_goes_with_its_empty_conf_folder_where_asked(home: Path) -> None:
+    path = _executor_archive(home)
+    conf: dict[str, str] = {}
+    jvm.java_options(conf, driver_light=False, executor_light=True, executor_archive=True)
+    assert conf[EXECUTOR] == f"{jvm.LIGHT} -XX:SharedArchiveFile={path} {jvm._QUIET}"
+    folder = Path(conf["spark.executorEnv.SPARK_CONF_DIR"])
+    assert folder == home / "executor-conf" and folder.is_dir() and not any(folder.iterdir())
+    data: dict[str, str] = {}  # a data job's executors: the archive, the JVM's own JIT and GC
+    jvm.java_options(data, driver_light=False, executor_light=False, executor_archive=True)
+    assert data[EXECUTOR] == f"-XX:SharedArchiveFile={path} {jvm._QUIET}"
+    elsewhere: dict[str, str] = {}  # not the embedded cluster's executors
+    jvm.java_options(elsewhere, driver_light=False, executor_light=False)
+    assert elsewhere == {}
+
+
+def test_no_executor_archive_built_no_conf_folder(home: Path) -> None:
+    conf: dict[str, str] = {}
+    jvm.java_options(conf, driver_light=False, executor_light=True, executor_archive=True)
+    assert conf == {EXECUTOR: jvm.LIGHT}
+
+
+def test_the_users_own_executor_options_keep_their_conf_folder(home: Path) -> None:
+    _executor_archive(home)
+    conf = {EXECUTOR: "-Xshare:off"}
+    jvm.java_options(conf, driver_light=False, executor_light=True, executor_archive=True)
+    assert conf == {EXECUTOR: "-Xshare:off"}
+
+
+def test_a_missing_executor_archive_is_built_in_the_background(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _archive(home)  # the driver's exists
+    started: list[Any] = []
+    monkeypatch.setattr(jvm.subprocess, "Popen", lambda *a, **k: started.append(a))
+    jvm.build_in_background()
+    assert len(started) == 1
+    _executor_archive(home)
+    jvm.build_in_background()
+    assert len(started) == 1
+
+
 def test_light_options_where_asked(home: Path) -> None:
     conf = {DRIVER: "-Dlog4j2.configurationFile=x.xml"}
     jvm.java_options(conf, driver_light=True, executor_light=True)
@@ -96,11 +145,14 @@ def test_a_failed_build_is_not_retried_in_the_background(
 
     monkeypatch.setattr(jvm, "_java_major", lambda java: 17)
     monkeypatch.setattr(jvm.subprocess, "run", failing)
-    assert jvm.build_archive() is None
-    target = jvm.archive_path()
-    assert target is not None and not target.exists()
-    assert "no JVM today" in target.with_suffix(".failed").read_text()
-    assert [p.name for p in home.iterdir()] == [target.with_suffix(".failed").name]  # no temp
+    assert jvm.build_archive() is None  # the driver's, then the executors'
+    targets = [jvm.archive_path(), jvm.executor_archive_path()]
+    failed = []
+    for target in targets:
+        assert target is not None and not target.exists()
+        assert "no JVM today" in target.with_suffix(".failed").read_text()
+        failed.append(target.with_suffix(".failed").name)
+    assert sorted(p.name for p in home.iterdir()) == sorted(failed)  # no temp
     started: list[Any] = []
     monkeypatch.setattr(jvm.subprocess, "Popen", lambda *a, **k: started.append(a))
     jvm.build_in_background()
@@ -156,3 +208,38 @@ def test_the_built_archive_is_mapped_by_a_local_driver(home: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env
     )
     assert out.returncode == 0 and "rows 3" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.slow  # a temporary one-worker cluster; its executor writes its classes (~60 s)
+def test_the_built_executor_archive_is_mapped_by_an_embedded_clusters_executor(
+    home: Path, tmp_path: Path
+) -> None:
+    from gpuspark.cluster.executor_archive import executor_class_path
+    from gpuspark.cluster.local import LocalCluster
+
+    built = jvm.build_executor_archive()
+    assert built is not None and built.stat().st_size > 10_000_000
+    assert jvm.build_executor_archive() == built  # built once
+    state = tmp_path / "state"
+    # -Xshare:on: an executor that cannot map the archive refuses to start (and Spark starts
+    # another, forever: the child process has a timeout)
+    own = {
+        EXECUTOR: f"-XX:SharedArchiveFile={built} -Xshare:on",
+        "spark.executorEnv.SPARK_CONF_DIR": str(jvm.executor_conf_dir()),
+    }
+    code = (
+        "from gpuspark.cluster.local import LocalCluster\n"
+        f"with LocalCluster(workers=1, cores=1, gpus=0, state_dir={str(state)!r}) as c:\n"
+        f"    s = c.session(**{own!r})\n"
+        "    print('sum', s.sparkContext.parallelize(range(10), 2).sum())\n"
+        "    s.stop()\n"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=240
+        )
+    finally:
+        LocalCluster(state_dir=state).stop()  # whatever the child left running
+    assert out.returncode == 0 and "sum 45" in out.stdout, out.stderr[-2000:]
+    class_path = executor_class_path(state)
+    assert class_path is not None and class_path.startswith(str(jvm.executor_conf_dir()))

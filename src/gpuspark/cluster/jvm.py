@@ -7,9 +7,14 @@ of their start-up is class loading and JIT compilation, not work:
 - **Class data sharing.** The driver maps a dynamic CDS archive of the classes a gpuspark
   driver loads (``-XX:SharedArchiveFile``), built once per Java and Spark installation by
   :func:`build_archive` (``make setup``, or in the background by ``gpuspark cluster up``)
-  under ``~/.gpuspark/jvm``. A JVM that cannot use the archive (another class path, another
-  Java) ignores it in silence and starts as before. Executors and the embedded daemons cannot
-  use one: their class path starts with the non-empty ``$SPARK_CONF_DIR``, which CDS refuses.
+  under ``~/.gpuspark/jvm``; so do the executors of the embedded cluster, from an archive a
+  temporary one-worker cluster's executor writes in the same build. A JVM that cannot use an
+  archive (another class path, another Java) ignores it in silence and starts as before.
+  CDS refuses a class path that starts with a non-empty folder, and a worker puts
+  ``$SPARK_CONF_DIR`` (the cluster's ``conf``, with the daemons' ``metrics.properties``) first
+  in an executor's: a session on the embedded cluster gives its executors an empty folder of
+  their own (``spark.executorEnv.SPARK_CONF_DIR``, which the worker reads first), the same
+  for every cluster. The master and workers keep theirs (no archive).
 - **Light JIT and GC** (``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC``): the embedded cluster's
   drivers coordinate and do no heavy work, and neither do the executors of a training job
   (the ranks are Python processes). Executors of data jobs keep the JVM's defaults: their
@@ -29,6 +34,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpuspark._util import envvars
 from gpuspark._util.procs import pid_alive
@@ -38,7 +44,11 @@ __all__ = [
     "LIGHT",
     "archive_path",
     "build_archive",
+    "build_executor_archive",
     "build_in_background",
+    "executor_archive_path",
+    "executor_conf_dir",
+    "exercise_jobs",
     "java_options",
     "tuning_enabled",
 ]
@@ -95,18 +105,38 @@ def archive_path() -> Path | None:
     return archive_dir() / f"driver-{key}.jsa" if key else None
 
 
+def executor_archive_path() -> Path | None:
+    """Where the embedded cluster's executor archive is (or would be); None without Java."""
+    key = _key()
+    return archive_dir() / f"executor-{key}.jsa" if key else None
+
+
+def executor_conf_dir() -> Path:
+    """The empty ``$SPARK_CONF_DIR`` of the embedded cluster's executors (made if missing)."""
+    folder = archive_dir() / "executor-conf"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _merge(existing: str | None, ours: str) -> str:
     """``existing`` plus those of ``ours`` it does not decide already."""
     if not existing:
         return ours
-    if any(marker in existing for marker in _OURS):
+    if _decided(existing):
         return existing
     return f"{existing} {ours}"
 
 
-def java_options(conf: dict[str, str], *, driver_light: bool, executor_light: bool) -> None:
-    """Add the archive and the light options to ``conf``'s driver and executor JVM options
-    (in place): the archive whenever it exists, the light options where asked."""
+def java_options(
+    conf: dict[str, str],
+    *,
+    driver_light: bool,
+    executor_light: bool,
+    executor_archive: bool = False,
+) -> None:
+    """Add the archives and the light options to ``conf``'s driver and executor JVM options
+    (in place): the driver archive whenever it exists, the executor archive (and the empty
+    ``$SPARK_CONF_DIR`` it needs) where asked and built, the light options where asked."""
     if not tuning_enabled():
         return
     driver = [LIGHT] if driver_light else []
@@ -116,9 +146,19 @@ def java_options(conf: dict[str, str], *, driver_light: bool, executor_light: bo
     if driver:
         key = "spark.driver.extraJavaOptions"
         conf[key] = _merge(conf.get(key), " ".join(driver))
-    if executor_light:
-        key = "spark.executor.extraJavaOptions"
-        conf[key] = _merge(conf.get(key), LIGHT)
+    executor = [LIGHT] if executor_light else []
+    archive = executor_archive_path() if executor_archive else None
+    key = "spark.executor.extraJavaOptions"
+    if archive is not None and archive.is_file() and not _decided(conf.get(key)):
+        executor.append(f"-XX:SharedArchiveFile={archive} {_QUIET}")
+        conf.setdefault("spark.executorEnv.SPARK_CONF_DIR", str(executor_conf_dir()))
+    if executor:
+        conf[key] = _merge(conf.get(key), " ".join(executor))
+
+
+def _decided(options: str | None) -> bool:
+    """Whether the user's JVM options decide one of ours already."""
+    return bool(options) and any(marker in str(options) for marker in _OURS)
 
 
 def _java_major(java: Path) -> int:
@@ -157,17 +197,30 @@ def _lock(target: Path) -> Path | None:
 def build_archive(force: bool = False) -> Path | None:
     """Build this installation's driver archive unless it exists (``force``: again): a small
     session of the kinds of jobs gpuspark runs, in a child process whose driver JVM writes
-    the classes it loaded at exit; the file appears whole (temp name + rename). Returns the
+    the classes it loaded at exit; the file appears whole (temp name + rename). Then the
+    executor archive the same way (:func:`build_executor_archive`). Returns the driver
     archive, or None when this Java cannot (older than 13), tuning is off, or the build
     failed (logged; commands then start as before)."""
-    target = archive_path()
+    built = _build(archive_path(), [], force)
+    build_executor_archive(force)
+    return built
+
+
+def build_executor_archive(force: bool = False) -> Path | None:
+    """Build the embedded cluster's executor archive unless it exists (``force``: again): a
+    temporary one-worker cluster runs the same jobs, and its executor writes its classes
+    when the worker stops it. Returns the archive or None, as :func:`build_archive`."""
+    return _build(executor_archive_path(), ["--executor", str(executor_conf_dir())], force)
+
+
+def _build(target: Path | None, args: list[str], force: bool) -> Path | None:
     java = java_binary()
     if target is None or java is None or not tuning_enabled():
         return None
     if target.is_file() and not force:
         return target
     if _java_major(java) < _MIN_JAVA:
-        log.info("Java %s has no dynamic CDS archives: drivers start without one", java)
+        log.info("Java %s has no dynamic CDS archives: JVMs start without one", java)
         return None
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock(target)
@@ -175,7 +228,7 @@ def build_archive(force: bool = False) -> Path | None:
         return None
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        child = [sys.executable, "-m", "gpuspark.cluster.jvm", str(tmp)]
+        child = [sys.executable, "-m", "gpuspark.cluster.jvm", *args, str(tmp)]
         done = subprocess.run(
             child, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S, check=False
         )
@@ -202,7 +255,8 @@ def _failed(target: Path) -> Path:
 
 
 def _not_built(target: Path, why: str) -> None:
-    log.warning("the driver CDS archive was not built (drivers start without one): %s", why)
+    kind = target.name.split("-", 1)[0]
+    log.warning("the %s CDS archive was not built (JVMs start without one): %s", kind, why)
     with contextlib.suppress(OSError):
         _failed(target).write_text(why + "\n")
 
@@ -215,23 +269,32 @@ over 100 MB; virtual environments with their own Spark each have one)."""
 def _remove_stale(current: Path) -> None:
     """Archives beyond the :data:`_KEEP` newest (``current`` is one of them), and the
     half-written archives of builds whose process is gone (killed before cleaning up)."""
-    others = [p for p in current.parent.glob("driver-*.jsa") if p != current]
+    kind = current.name.split("-", 1)[0]
+    others = [p for p in current.parent.glob(f"{kind}-*.jsa") if p != current]
     others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for other in others[_KEEP - 1 :]:
         with contextlib.suppress(OSError):
             other.unlink()
             _failed(other).unlink(missing_ok=True)
-    for tmp in current.parent.glob(".driver-*.jsa.*.tmp"):
+    for tmp in current.parent.glob(f".{kind}-*.jsa.*.tmp"):
         pid = tmp.name.rsplit(".", 2)[-2]
         if pid.isdigit() and not pid_alive(int(pid)):
             tmp.unlink(missing_ok=True)
 
 
+def _archives() -> list[Path]:
+    return [p for p in (archive_path(), executor_archive_path()) if p is not None]
+
+
+def _missing(target: Path) -> bool:
+    """Not built, and no build of it failed (a failed one is not retried in the background)."""
+    return not target.is_file() and not _failed(target).exists()
+
+
 def build_in_background() -> None:
     """Start :func:`build_archive` in a detached, low-priority process when the archive is
     missing (``gpuspark cluster up``); later commands use it once it exists."""
-    target = archive_path()
-    if target is None or target.is_file() or _failed(target).exists() or not tuning_enabled():
+    if not tuning_enabled() or not any(_missing(p) for p in _archives()):
         return
     code = "from gpuspark.cluster.jvm import build_archive; build_archive()"
     with contextlib.suppress(OSError):
@@ -243,6 +306,16 @@ def build_in_background() -> None:
             start_new_session=True,
             preexec_fn=lambda: os.nice(10),
         )
+
+
+def exercise_jobs(spark: Any) -> None:
+    """The kinds of jobs gpuspark runs, small: a DataFrame job with Arrow and a Python UDF,
+    and an RDD barrier stage."""
+    frame = spark.createDataFrame([(i, float(i)) for i in range(64)], "id long, x double")
+    frame.groupBy((frame.id % 4).alias("k")).sum("x").collect()
+    frame.mapInArrow(lambda batches: batches, frame.schema).count()
+    rdd = spark.sparkContext.parallelize(range(2), 2).barrier()
+    rdd.mapPartitions(lambda rows: [sum(rows)]).collect()
 
 
 def _exercise(out: str) -> None:
@@ -258,11 +331,7 @@ def _exercise(out: str) -> None:
         builder = builder.config(key, value)
     builder = builder.config("spark.driver.extraJavaOptions", f"-XX:ArchiveClassesAtExit={out}")
     spark = builder.getOrCreate()
-    frame = spark.createDataFrame([(i, float(i)) for i in range(64)], "id long, x double")
-    frame.groupBy((frame.id % 4).alias("k")).sum("x").collect()
-    frame.mapInArrow(lambda batches: batches, frame.schema).count()
-    rdd = spark.sparkContext.parallelize(range(2), 2).barrier()
-    rdd.mapPartitions(lambda rows: [sum(rows)]).collect()
+    exercise_jobs(spark)
     spark.stop()
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
@@ -271,5 +340,15 @@ def _exercise(out: str) -> None:
         proc.wait(timeout=_BUILD_TIMEOUT_S)
 
 
+def _main(args: list[str]) -> None:
+    """The build's child process: ``[--executor CONF_DIR] OUT``."""
+    if args[0] == "--executor":
+        from gpuspark.cluster.executor_archive import exercise_executor
+
+        exercise_executor(args[2], args[1])
+    else:
+        _exercise(args[0])
+
+
 if __name__ == "__main__":
-    _exercise(sys.argv[1])
+    _main(sys.argv[1:])

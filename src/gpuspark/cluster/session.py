@@ -153,7 +153,6 @@ def _embedded_security(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, st
 def _spec_security(spec: ClusterSpec, backend: Backend) -> dict[str, str]:
     """The spec's ``[security]`` with the secret read from its file (none for ``local[N]``:
     everything runs in the driver's JVM)."""
-
     if not spec.security.enabled or backend.in_process:
         return {}
     return security_conf(spec, read_secret(spec.security.secret_file))
@@ -186,7 +185,6 @@ def _kind_conf(conf: dict[str, str], kind: JobKind) -> dict[str, str]:
 
 def _route_driver_log(conf: dict[str, str]) -> None:
     """Driver log to a file, only errors on the console (see :mod:`.driver_log`)."""
-
     key = "spark.driver.extraJavaOptions"
     options = driver_java_options(conf.get(key))
     if options is not None:
@@ -196,7 +194,6 @@ def _route_driver_log(conf: dict[str, str]) -> None:
 def check_slots(conf: dict[str, str]) -> None:
     """Refuse an executor shape whose GPU and CPU task slots differ: Spark would warn that it
     "will result in wasted resources" and leave cores or GPU shares idle."""
-
     gpus = float(conf.get("spark.executor.resource.gpu.amount", 0) or 0)
     amount = float(conf.get("spark.task.resource.gpu.amount", 0) or 0)
     cores = conf.get("spark.executor.cores")
@@ -237,7 +234,6 @@ def session_plan(
     job uses only the DataFrame API, so it may run over Spark Connect (see the module's
     docstring); other data jobs are refused there.
     """
-
     spec_obj = resolve_spec(spec)
     target = master or spec_obj.spark.master
     merged: dict[str, str] = driver_metrics_conf()  # the spec's [spark.conf] may override
@@ -280,7 +276,13 @@ def session_plan(
     if embedded or backend.is_local(resolved):
         # The driver and executors start on this machine (see .jvm).
         training = JobKind(kind) is JobKind.TRAINING
-        java_options(merged, driver_light=embedded, executor_light=embedded and training)
+        archive = embedded and not (found.state and found.state.netns)  # netns: own conf
+        java_options(
+            merged,
+            driver_light=embedded,
+            executor_light=embedded and training,
+            executor_archive=archive,
+        )
     backend.check_session(resolved, merged)
     check_slots(merged)
     env = {"PYSPARK_PYTHON": merged["spark.pyspark.python"]}
@@ -459,7 +461,6 @@ def job_session(
 
 def _announce(spark: SparkSession, spec: ClusterSpec | str | os.PathLike[str] | None) -> None:
     """Publish the new application's driver UI as a Prometheus target (see :mod:`.announce`)."""
-
     try:
         spec_obj = spec if isinstance(spec, ClusterSpec) else resolve_spec(spec)
     except GpusparkError:
