@@ -407,8 +407,13 @@ def test_python_block_compiles(block: Block) -> None:
 
 def user_env(home: Path) -> dict[str, str]:
     """A user's environment: a fresh HOME with gpuspark's directories under it, the running
-    interpreter's venv first on PATH, no spec chosen and no Python forced on Spark."""
+    interpreter's venv first on PATH, no spec chosen and no Python forced on Spark. The JVM
+    archives are those ``make setup`` built (``~/.gpuspark/jvm``): the user ran it first."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSPARK_", "PYSPARK_"))}
+    built = Path.home() / ".gpuspark" / "jvm"
+    if built.is_dir() and not (home / ".gpuspark" / "jvm").exists():
+        (home / ".gpuspark").mkdir(parents=True, exist_ok=True)
+        (home / ".gpuspark" / "jvm").symlink_to(built, target_is_directory=True)
     env["HOME"] = str(home)
     env["GPUSPARK_STATE_DIR"] = str(home / ".gpuspark" / "cluster")
     env["GPUSPARK_MONITOR_DIR"] = str(home / ".gpuspark" / "monitor")

@@ -11,12 +11,14 @@ when a JVM with that executor's class path maps it (``-Xshare:on``).
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from gpuspark._util import envvars
 from gpuspark.cluster.jvm import LIGHT, exercise_jobs, java_binary
 from gpuspark.cluster.local import LocalCluster
 from gpuspark.errors import ClusterError
@@ -35,16 +37,21 @@ def exercise_executor(out: str, conf_dir: str) -> None:
         "spark.executor.extraJavaOptions": f"-XX:ArchiveClassesAtExit={out} {LIGHT}",
         "spark.executorEnv.SPARK_CONF_DIR": conf_dir,
     }
-    with (
-        tempfile.TemporaryDirectory(prefix="gpuspark-cds-") as state,
-        LocalCluster(workers=1, cores=2, gpus=0, state_dir=state) as cluster,
-    ):
+    with tempfile.TemporaryDirectory(prefix="gpuspark-cds-") as state:
+        # its driver log and Prometheus target stay in the temporary folder, not the user's
+        os.environ[envvars.LOG_DIR.name] = str(Path(state, "logs"))
+        os.environ[envvars.MONITOR_DIR.name] = str(Path(state, "monitor"))
+        _run(out, conf, Path(state))
+
+
+def _run(out: str, conf: dict[str, str], state: Path) -> None:
+    with LocalCluster(workers=1, cores=2, gpus=0, state_dir=state / "cluster") as cluster:
         spark = cluster.session("training", **conf)
         try:
             exercise_jobs(spark)
         finally:
             spark.stop()
-        _wait_written(Path(out), Path(state))
+        _wait_written(Path(out), state / "cluster")
 
 
 def executor_class_path(state_dir: Path) -> str | None:
