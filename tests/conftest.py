@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from _s3 import s3, s3_server  # noqa: F401  (fixtures: the test S3 server)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _python_for_executors() -> None:

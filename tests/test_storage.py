@@ -181,13 +181,15 @@ def test_atomic_write_temp_name_matches_no_pattern_of_the_file(
     import fnmatch
 
     seen: list[str] = []
-    write_new = storage._write_new
+    from gpuspark.storage import files
+
+    write_new = files._write_new
 
     def spy(path: str, data: bytes) -> None:
         seen.append(os.path.basename(path))
         write_new(path, data)
 
-    monkeypatch.setattr(storage, "_write_new", spy)
+    monkeypatch.setattr(files, "_write_new", spy)
     storage.atomic_write_text(tmp_path / "run-1.json", "{}")
     storage.atomic_write_text(tmp_path / "part-0.tfrecord", "x")
     assert len(seen) == 2

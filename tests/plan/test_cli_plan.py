@@ -113,3 +113,29 @@ def test_calibrate_then_plan_with_it(tmp_path: Path, capsys: pytest.CaptureFixtu
     plan = json.loads(capsys.readouterr().out)
     assert plan["sources"]["compute"] == "calibration"
     assert plan["sources"]["comm"] == "calibration"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{}", "holds no calibration: none of allreduce, compute, decode"),
+        (
+            '{"decode_per_core": "fast", "gpus": -3}',
+            "is not a gpuspark calibration: unknown fields 'decode_per_core', 'gpus' "
+            "(a calibration has allreduce, compute, decode, machine)",
+        ),
+        ('{"decode": "fast"}', "decode must be an object, got a string"),
+        ('{"compute": [1, 2]}', "compute must be an object, got a list"),
+        ("[]", "a JSON list, not an object"),
+    ],
+)
+def test_a_calibration_file_without_a_calibration_is_refused(
+    content: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to be accepted, and the plan was byte-identical to one without it."""
+    cal = tmp_path / "cal.json"
+    cal.write_text(content)
+    assert main([*BASE, "--model", "resnet50", "--calibration", str(cal)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: calibration file {cal} ") and expected in err, err
+    assert err.count("\n") == 1

@@ -264,7 +264,7 @@ def test_kueue_one_flavor_per_gpu_model() -> None:
     _check_schema(docs, "kueue-v1beta2.json")
     flavors = [d for d in docs if d["kind"] == "ResourceFlavor"]
     assert [f["metadata"]["name"] for f in flavors] == ["a100-sxm4-80gb", "h100-80gb-hbm3"]
-    assert flavors[1]["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "H100-80GB-HBM3"}
+    assert flavors[1]["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     per_flavor = [0, 0]
     for cq in (d for d in docs if d["kind"] == "ClusterQueue"):
         gpus = [f["resources"][0] for f in cq["spec"]["resourceGroups"][0]["flavors"]]
@@ -353,7 +353,8 @@ def test_cli_render_yarn_writes_files_and_notes(
     for team in spec.teams:
         share = Decimal(team.guaranteed_gpus) * 100 / spec.total_gpus
         assert Decimal(props[f"yarn.scheduler.capacity.root.{team.name}.capacity"]) == share
-    assert sorted(p.name for p in out.iterdir()) == sorted(render_quota(spec, "yarn"))
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted([*render_quota(spec, "yarn"), ".gpuspark-render.json"])
 
 
 @pytest.mark.parametrize("scheduler", ["kueue", "volcano"])

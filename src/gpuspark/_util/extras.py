@@ -29,6 +29,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "plot": ("matplotlib",),
     "kubernetes": ("lightkube", "httpx2", "msgspec"),
     "mlflow": ("mlflow", "sqlalchemy", "alembic"),
+    "s3": ("s3fs",),
 }
 """The top-level modules that each extra installs. ``httpx2`` and ``msgspec`` come with
 lightkube, whose objects they build."""

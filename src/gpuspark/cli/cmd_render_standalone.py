@@ -19,7 +19,7 @@ from gpuspark.cli._common import (
     print_json,
     spec_path,
 )
-from gpuspark.cli.cmd_spec import render_app
+from gpuspark.cli.cmd_spec import OverwriteOpt, render_app
 
 if TYPE_CHECKING:
     from gpuspark.schedulers.standalone.render import InstallPaths, Rendered
@@ -134,12 +134,13 @@ def render_standalone_cmd(
             " admins' network); repeat for several.",
         ),
     ] = None,
+    overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Render each host's spark-env.sh, the workers file, spark-defaults.conf, systemd units
     (Spark master, workers, history server, dcgm-exporter, node_exporter), dcgm-exporter's
     counters and the firewall between the hosts (nftables)."""
-    from gpuspark.cluster.conf import write_rendered_tree
+    from gpuspark.cluster.conf import write_owned
     from gpuspark.schedulers.standalone.render import InstallPaths
     from gpuspark.spec import load_spec
 
@@ -162,7 +163,7 @@ def render_standalone_cmd(
         for name, content in rendered.files.items():
             sys.stdout.write(f"# ==> {name} <==\n{content}")
         return
-    written = write_rendered_tree(rendered.files, out_dir)
+    written = write_owned(rendered.files, out_dir, overwrite=overwrite)
     per_host = {h: [str(out_dir / p) for p in rel] for h, rel in rendered.hosts.items()}
     if json_out:
         print_json(

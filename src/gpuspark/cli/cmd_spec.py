@@ -22,6 +22,15 @@ from gpuspark.cli._common import (
 
 __all__ = ["register"]
 
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Replace files of the same names in --out that render did not write (or that "
+        "were edited since its last render).",
+    ),
+]
+
 render_app = new_app(help="Render configuration files from a cluster spec.")
 
 
@@ -114,6 +123,7 @@ def render_spark_cmd(
             "(on even where the spec leaves it off).",
         ),
     ] = False,
+    overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Render spark-defaults.conf, metrics.properties and the GPU discovery script."""
@@ -127,7 +137,7 @@ def render_spark_cmd(
         )
     if out_dir is not None:
         check_dir_option(out_dir, "--out")
-        _write_spark(spec, out_dir, discovery_script, json_out)
+        _write_spark(spec, out_dir, discovery_script, json_out, overwrite)
         return
     files = render_spark(spec, discovery_script_path=discovery_script)
     if json_out:
@@ -137,15 +147,17 @@ def render_spark_cmd(
         sys.stdout.write(f"# ==> {name} <==\n{content}")
 
 
-def _write_spark(spec: Any, out_dir: Path, discovery_script: str | None, json_out: bool) -> None:
+def _write_spark(
+    spec: Any, out_dir: Path, discovery_script: str | None, json_out: bool, overwrite: bool
+) -> None:
     """Write the Spark files of ``spec`` into ``out_dir`` (with the shared secret when the
     spec is secure); say what was written and how to distribute it."""
-    from gpuspark.cluster.conf import render_spark, write_rendered
+    from gpuspark.cluster.conf import render_spark, write_owned
 
     secret, origin = _secret_for(spec)
     files = render_spark(spec, discovery_script_path=discovery_script, secret=secret)
     private = frozenset({"spark-defaults.conf"} if secret else ())
-    written = write_rendered(files, out_dir, private=private)
+    written = write_owned(files, out_dir, overwrite=overwrite, private=private)
     notes = [origin, _distribute_note(spec)] if origin else []
     if json_out:
         print_json(
@@ -203,10 +215,12 @@ def render_monitoring_cmd(
             "[default: the spec's [monitoring] targets_dir, else ~/.gpuspark/monitor/targets].",
         ),
     ] = None,
+    overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Render prometheus.yml, alert rules with promtool tests, alertmanager.yml and the runbook."""
-    from gpuspark.monitor.render import check_commands, render_monitoring, write_monitoring
+    from gpuspark.cluster.conf import write_owned
+    from gpuspark.monitor.render import check_commands, render_monitoring
     from gpuspark.spec import load_spec
 
     spec = load_spec(spec_path(ctx, spec_file, spec_opt))
@@ -220,7 +234,7 @@ def render_monitoring_cmd(
         for name, content in files.items():
             sys.stdout.write(f"# ==> {name} <==\n{content}")
         return
-    written = write_monitoring(files, out_dir)
+    written = write_owned(files, out_dir, overwrite=overwrite)
     checks = check_commands(out_dir)
     if json_out:
         print_json({"written": [str(p) for p in written], "checks": checks})
@@ -244,7 +258,12 @@ NamespacePrefixOpt = Annotated[
 
 
 def _render_quota(
-    spec_file: Path, scheduler: str, out_dir: Path | None, json_out: bool, **opts: Any
+    spec_file: Path,
+    scheduler: str,
+    out_dir: Path | None,
+    json_out: bool,
+    overwrite: bool = False,
+    **opts: Any,
 ) -> None:
     """Render the team quotas for ``scheduler``; print or write the files, then the notes."""
     from gpuspark.quota.render import quota_notes, render_quota
@@ -255,12 +274,18 @@ def _render_quota(
         check_dir_option(out_dir, "--out")
     files = render_quota(spec, scheduler, **opts)
     notes = quota_notes(spec, scheduler, **opts)
-    _emit(files, notes, out_dir, json_out)
+    _emit(files, notes, out_dir, json_out, overwrite)
 
 
-def _emit(files: dict[str, str], notes: list[str], out_dir: Path | None, json_out: bool) -> None:
+def _emit(
+    files: dict[str, str],
+    notes: list[str],
+    out_dir: Path | None,
+    json_out: bool,
+    overwrite: bool = False,
+) -> None:
     """Print the rendered files (or write them into ``out_dir``), then the notes."""
-    from gpuspark.quota.render import write_quota
+    from gpuspark.cluster.conf import write_owned
 
     if out_dir is None:
         if json_out:
@@ -269,7 +294,7 @@ def _emit(files: dict[str, str], notes: list[str], out_dir: Path | None, json_ou
         for name, content in files.items():
             sys.stdout.write(f"# ==> {name} <==\n{content}")
         return
-    written = write_quota(files, out_dir)
+    written = write_owned(files, out_dir, overwrite=overwrite)
     if json_out:
         print_json({"written": [str(p) for p in written], "notes": notes})
         return
@@ -304,12 +329,13 @@ def render_yarn_cmd(
             " [memory=...,vcores=...,yarn.io/gpu=N] capacities.",
         ),
     ] = "3.3",
+    overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Render capacity-scheduler.xml (a queue per team), resource-types.xml, the yarn-site GPU
     snippet and each team's spark.yarn.queue."""
     path = spec_path(ctx, spec_file, spec_opt)
-    _render_quota(path, "yarn", out_dir, json_out, yarn_version=yarn_version)
+    _render_quota(path, "yarn", out_dir, json_out, overwrite, yarn_version=yarn_version)
 
 
 def _kueue_api(value: str) -> str:
@@ -337,13 +363,20 @@ def render_kueue_cmd(
         ),
     ] = "v1beta2",
     namespace_prefix: NamespacePrefixOpt = "",
+    overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Render Kueue ResourceFlavors, a ClusterQueue and LocalQueue per team, and each team's
     Spark settings."""
     path = spec_path(ctx, spec_file, spec_opt)
     _render_quota(
-        path, "kueue", out_dir, json_out, api=kueue_api, namespace_prefix=namespace_prefix
+        path,
+        "kueue",
+        out_dir,
+        json_out,
+        overwrite,
+        api=kueue_api,
+        namespace_prefix=namespace_prefix,
     )
 
 
@@ -362,6 +395,7 @@ def render_volcano_cmd(
             help="Executors the PodGroup's minResources reserve with the driver.",
         ),
     ] = 1,
+    overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Render a Volcano Queue per team, the PodGroup templates and each team's Spark settings."""
@@ -370,6 +404,7 @@ def render_volcano_cmd(
         "volcano",
         out_dir,
         json_out,
+        overwrite,
         namespace_prefix=namespace_prefix,
         min_executors=min_executors,
     )
@@ -398,6 +433,7 @@ def render_k8s_cmd(
             " [default: its files name each other relatively].",
         ),
     ] = None,
+    overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Render Spark on Kubernetes: namespaces, RBAC, queues, monitoring, pod templates,
@@ -410,7 +446,8 @@ def render_k8s_cmd(
         check_dir_option(out_dir, "--out")
     opts: dict[str, Any] = {"api": kueue_api, "namespace_prefix": namespace_prefix}
     files = render_k8s(spec, conf_dir=conf_dir, **opts)
-    _emit(files, quota_notes(spec, K8S_RENDERER, conf_dir=conf_dir, **opts), out_dir, json_out)
+    notes = quota_notes(spec, K8S_RENDERER, conf_dir=conf_dir, **opts)
+    _emit(files, notes, out_dir, json_out, overwrite)
 
 
 def register(app: typer.Typer) -> None:

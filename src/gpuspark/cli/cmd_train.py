@@ -7,7 +7,6 @@ import inspect
 import types
 import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -199,7 +198,8 @@ def _from_flag(name: str, value: Any, meta: Mapping[str, Any]) -> Any:
 def _flag_parameter(name: str, f: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
     """The ``gpuspark train`` flag of the config field ``f`` (its metadata: :func:`option`)."""
     meta = f.metadata
-    kind = Path if meta["path"] else str if meta["parse"] or meta["none_word"] else hint
+    # a path flag takes text: it may be a URL (s3://b/run), which Path would fold to s3:/b/run
+    kind = str if meta["path"] or meta["parse"] or meta["none_word"] else hint
     if meta["recipe_default"] or f.default is None or meta["parse"]:
         default: Any = None
         kind = kind | None
@@ -255,13 +255,16 @@ def _owner_class(owner: str) -> type:
     return GROUPS[owner]
 
 
-def _kept_on_interrupt(directory: Path | None) -> str:
+def _kept_on_interrupt(directory: str | None) -> str:
     """What a Ctrl-C leaves: the checkpoints there are now, or that there are none."""
     if directory is None:
         return "no checkpoints were written (no --checkpoint-dir)"
     from gpuspark.train.checkpoint_dir import latest
 
-    newest = latest(directory) if directory.is_dir() else None
+    try:
+        newest = latest(directory)
+    except Exception:  # a store that cannot be reached now: say nothing about its content
+        newest = None
     if newest is None:
         return f"no checkpoint was written to {directory} yet (a new run starts over)"
     return f"checkpoints in {directory} are kept (--resume continues from {newest.name})"

@@ -9,25 +9,32 @@ anything is written.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from gpuspark import storage
 from gpuspark._util.spark_compat import PINNED_CONF
 from gpuspark.cluster.security import security_conf
+from gpuspark.errors import GpusparkError
 from gpuspark.schedulers import backend_for
 from gpuspark.spec import ClusterSpec
 
 __all__ = [
     "DISCOVERY_SCRIPT",
     "METRICS_NAMESPACE",
+    "RENDER_MARKER",
     "discovery_script",
     "driver_metrics_conf",
     "metrics_properties",
+    "not_owned",
     "render_spark",
     "spark_conf",
     "spark_defaults",
+    "write_owned",
     "write_rendered",
     "write_rendered_tree",
 ]
@@ -233,7 +240,11 @@ def write_rendered(
     return written
 
 
-def write_rendered_tree(files: Mapping[str, str], out_dir: str | os.PathLike[str]) -> list[Path]:
+def write_rendered_tree(
+    files: Mapping[str, str],
+    out_dir: str | os.PathLike[str],
+    private: frozenset[str] = frozenset(),
+) -> list[Path]:
     """:func:`write_rendered` of ``files`` whose names are ``/``-separated relative paths:
     each file in its folder under ``out_dir``, atomically."""
     by_folder: dict[str, dict[str, str]] = {}
@@ -242,5 +253,80 @@ def write_rendered_tree(files: Mapping[str, str], out_dir: str | os.PathLike[str
         by_folder.setdefault(str(rel.parent), {})[rel.name] = content
     written: list[Path] = []
     for folder, group in by_folder.items():
-        written += write_rendered(group, Path(out_dir) / folder)
+        keep = frozenset(
+            n for n in group if str(PurePosixPath(folder) / n) in private or n in private
+        )
+        written += write_rendered(group, Path(out_dir) / folder, private=keep)
+    return written
+
+
+# -- render writes only what it owns ---------------------------------------------------------
+
+RENDER_MARKER = ".gpuspark-render.json"
+"""Written by ``gpuspark render -o DIR`` beside its files: the SHA-256 of each file as it was
+written. A file of the same name that it does not list, or whose content changed since (a
+hand edit), is the user's: kept unless ``--overwrite``."""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _recorded(out: Path) -> dict[str, str]:
+    """The marker's ``{relative path: sha256}`` (``{}`` when missing or unreadable)."""
+    try:
+        found = json.loads((out / RENDER_MARKER).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def not_owned(files: Mapping[str, str], out_dir: str | os.PathLike[str]) -> list[str]:
+    """The names of ``files`` that already exist in ``out_dir`` as something render did not
+    write there: not in its marker, changed since, or not a file. A file whose content is
+    already exactly the new one is not counted (nothing would be lost)."""
+    out = Path(out_dir)
+    recorded = _recorded(out)
+    found = []
+    for name, content in files.items():
+        target = out / name
+        if not os.path.lexists(target):
+            continue
+        if target.is_symlink() or not target.is_file():
+            found.append(name)
+            continue
+        data = target.read_bytes()
+        if data != content.encode("utf-8") and recorded.get(name) != _digest(data):
+            found.append(name)
+    return sorted(found)
+
+
+def write_owned(
+    files: Mapping[str, str],
+    out_dir: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    private: frozenset[str] = frozenset(),
+    option: str = "--out",
+) -> list[Path]:
+    """:func:`write_rendered_tree` for ``gpuspark render -o``: refuses, before writing
+    anything, to replace a file it did not write (:func:`not_owned`) unless ``overwrite``;
+    then records what it wrote in :data:`RENDER_MARKER`."""
+    theirs = not_owned(files, out_dir)
+    if theirs and not overwrite:
+        many = len(theirs) > 1
+        raise GpusparkError(
+            f"{option} {os.fspath(out_dir)} holds {len(theirs)} file{'s' if many else ''} "
+            f"that gpuspark render did not write or that {'were' if many else 'was'} changed "
+            f"since: {', '.join(theirs)}",
+            remedy=f"pass --overwrite to replace {'them' if many else 'it'}, or choose another "
+            f"{option} folder",
+        )
+    written = write_rendered_tree(files, out_dir, private=private)
+    recorded = _recorded(Path(out_dir))
+    recorded.update({name: _digest(content.encode("utf-8")) for name, content in files.items()})
+    text = json.dumps(
+        {"writer": "gpuspark render", "files": dict(sorted(recorded.items()))}, indent=2
+    )
+    storage.atomic_write_text(Path(out_dir) / RENDER_MARKER, text + "\n")
     return written

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark import storage
 from gpuspark._util.procs import machine_key
 from gpuspark.errors import LaunchError, did_you_mean
 
@@ -156,7 +157,7 @@ class LaunchRequest:
             lines.append(self._metrics_line())
         if self.log_dir is not None:
             lines.append(self.logs_line())
-        lines += [f"env: {k}={v}" for k, v in sorted(self.env.items())]
+        lines += [f"env: {k}={v}" for k, v in sorted(storage.redact(self.env).items())]
         return "\n".join(lines)
 
     def logs_line(self) -> str:

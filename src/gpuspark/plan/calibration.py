@@ -182,8 +182,7 @@ def load_calibration(path: str | Path) -> Calibration:
     p = Path(path)
     try:
         data = json.loads(p.read_text())
-        if not isinstance(data, dict):
-            raise TypeError(f"a JSON {type(data).__name__}, not an object")
+        _check_shape(data)
         cal = Calibration(
             allreduce=_sweep(data["allreduce"]) if data.get("allreduce") else None,
             compute=_compute(data["compute"]) if data.get("compute") else None,
@@ -201,12 +200,48 @@ def load_calibration(path: str | Path) -> Calibration:
             remedy="give the JSON file `gpuspark plan calibrate` wrote",
         ) from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        why = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise PlanError(
-            f"calibration file {p} is not a gpuspark calibration: {exc}",
+            f"calibration file {p} is not a gpuspark calibration: {why}",
             remedy="write it again with `gpuspark plan calibrate`",
         ) from None
     _check(cal, p)
+    if cal.allreduce is None and cal.compute is None and not cal.decode:
+        raise PlanError(
+            f"calibration file {p} holds no calibration: none of allreduce, compute, decode",
+            remedy="write it with `gpuspark plan calibrate`, or drop --calibration",
+        )
     return cal
+
+
+_SECTIONS = {"allreduce": dict, "compute": dict, "decode": dict, "machine": dict}
+"""The top-level fields of a calibration file and the JSON type of each."""
+_JSON_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "true/false"}
+
+
+def _check_shape(data: Any) -> None:
+    """A calibration file is an object of known sections, each of its own type (a
+    ``TypeError``/``KeyError`` naming the first that is not; turned into one line)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    unknown = sorted(set(data) - set(_SECTIONS))
+    if unknown:
+        raise KeyError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"(a calibration has {', '.join(_SECTIONS)})"
+        )
+    for name, kind in _SECTIONS.items():
+        value = data.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(f"{name} must be {_JSON_NAMES[kind]}, got {_json_name(value)}")
+
+
+def _json_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    return _JSON_NAMES.get(type(value), "null" if value is None else type(value).__name__)
 
 
 def save_calibration(cal: Calibration, path: str | Path) -> Path:

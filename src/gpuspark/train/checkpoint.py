@@ -23,22 +23,26 @@ a resume with other options is one line naming the differing fields, not a wall 
 
 from __future__ import annotations
 
+import io
 import os
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from gpuspark import storage
 from gpuspark._util import envvars
 from gpuspark.errors import CheckpointError
+from gpuspark.storage import Location
 from gpuspark.train import ddp
 from gpuspark.train.checkpoint_dir import (
     CHECKPOINT_NAME,
+    Where,
     check_dir,
     check_new_run,
     clear_run,
     latest,
     list_checkpoints,
+    load_payload,
     prune,
     run_files,
     run_of,
@@ -58,6 +62,7 @@ __all__ = [
     "latest",
     "list_checkpoints",
     "load",
+    "load_payload",
     "prune",
     "rng_state",
     "run_files",
@@ -75,7 +80,7 @@ _FRESH = "start a fresh --checkpoint-dir"
 class Resumed:
     """Where a loaded checkpoint left off."""
 
-    path: Path
+    path: Location
     epoch: int
     """Epoch in progress when the checkpoint was taken."""
     step: int
@@ -94,7 +99,7 @@ class Resumed:
 class CheckpointInfo:
     """What a checkpoint says about itself, read without loading its tensors."""
 
-    path: Path
+    path: Location
     epoch: int
     step: int
     world_size: int
@@ -162,7 +167,7 @@ def _to_cpu(obj: Any) -> Any:
 
 
 def save(
-    directory: str | os.PathLike[str],
+    directory: Where,
     *,
     model: Any,
     optimizer: Any = None,
@@ -176,7 +181,7 @@ def save(
     extra: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
     run_id: str | None = None,
-) -> Path | None:
+) -> Location | None:
     """Write a checkpoint of global step ``step``; collective: call on every rank.
 
     Every rank's RNG and hook state are gathered to rank 0, which writes the file atomically
@@ -194,7 +199,7 @@ def save(
         dist.all_gather_object(gathered, mine)
     else:
         gathered = [mine]
-    path: Path | None = None
+    path: Location | None = None
     if rank == 0:
         payload = {
             "format": 1,
@@ -206,7 +211,7 @@ def save(
             "config": dict(config) if config is not None else None,
             "run_id": run_id,
         }
-        path = _write(Path(directory), step, payload, torch)
+        path = _write(storage.as_path(directory), step, payload, torch)
         prune(directory, keep, run_id=run_id)
     if dist_on:
         dist.barrier()
@@ -235,10 +240,18 @@ def run_state(
     }
 
 
-def _write(directory: Path, step: int, payload: dict[str, Any], torch: Any) -> Path:
+def _write(directory: Location, step: int, payload: dict[str, Any], torch: Any) -> Location:
+    """Write ``step-<step>.pt`` whole or not at all: locally a temporary file renamed into
+    place, on an object store one upload (an object is visible only once complete)."""
+    name = f"step-{step:09d}.pt"
     with writing(directory):
+        if isinstance(directory, storage.RemotePath):
+            buffer = io.BytesIO()
+            torch.save(payload, buffer)
+            storage.atomic_write_bytes(str(directory / name), buffer.getvalue())
+            return directory / name
+        final = directory / name
         directory.mkdir(parents=True, exist_ok=True)
-        final = directory / f"step-{step:09d}.pt"
         tmp = directory / f".{final.name}.tmp-{os.getpid()}"
         with open(tmp, "wb") as fh:
             torch.save(payload, fh)
@@ -249,7 +262,7 @@ def _write(directory: Path, step: int, payload: dict[str, Any], torch: Any) -> P
 
 
 def load(
-    path_or_dir: str | os.PathLike[str],
+    path_or_dir: Where,
     *,
     model: Any,
     optimizer: Any = None,
@@ -311,7 +324,7 @@ def elastic_resume() -> bool:
     return bool(envvars.MIN_RANKS.get())
 
 
-def inspect(path_or_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
+def inspect(path_or_dir: Where) -> CheckpointInfo | None:
     """Step, world size and recorded config of a checkpoint (the newest in a directory).
 
     The tensors are memory-mapped, not read, so this is cheap for large models. Returns
@@ -334,7 +347,7 @@ def inspect(path_or_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
 
 
 def check_config(
-    path_or_dir: str | os.PathLike[str],
+    path_or_dir: Where,
     config: dict[str, Any],
     *,
     world_size: int | None = None,
@@ -365,21 +378,19 @@ def config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[st
 # -- reading ---------------------------------------------------------------------------------
 
 
-def _resolve(path_or_dir: str | os.PathLike[str]) -> Path | None:
-    p = Path(path_or_dir)
-    if (p.is_dir() and not CHECKPOINT_NAME.match(p.name)) or not p.exists():
-        return latest(p)
-    return p
+def _resolve(path_or_dir: Where) -> Location | None:
+    p = storage.as_path(path_or_dir)
+    if storage.is_file(p) or (CHECKPOINT_NAME.match(p.name) and storage.is_dir(p)):
+        return p
+    return latest(p)
 
 
-def _read(p: Path, *, mmap: bool = False) -> dict[str, Any]:
+def _read(p: Location, *, mmap: bool = False) -> dict[str, Any]:
     """The payload of checkpoint ``p``; a one-line :class:`CheckpointError` if unreadable."""
-    import torch
-
     remedy = f"delete {p.name} to resume from the previous checkpoint, or {_FRESH}"
     try:
-        src = p / "meta.pt" if p.is_dir() else p
-        payload = torch.load(src, map_location="cpu", weights_only=False, mmap=mmap)
+        src = p / "meta.pt" if storage.is_dir(p) else p
+        payload = load_payload(src, mmap=mmap)
     except Exception as exc:  # a corrupt file: torch and pickle raise several types
         raise CheckpointError(
             f"checkpoint {p} cannot be read ({_first_line(exc)})", remedy=remedy
@@ -400,7 +411,7 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
-def _check_world(p: Path, saved: int, world: int) -> None:
+def _check_world(p: Location, saved: int, world: int) -> None:
     if saved != world:
         raise CheckpointError(
             f"checkpoint {p} was written by {saved} ranks, this run has {world}",
@@ -408,7 +419,7 @@ def _check_world(p: Path, saved: int, world: int) -> None:
         )
 
 
-def _check_fields(p: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+def _check_fields(p: Location, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
     if not saved:
         return
     diff = config_diff(saved, current)
@@ -421,7 +432,7 @@ def _check_fields(p: Path, saved: dict[str, Any] | None, current: dict[str, Any]
         )
 
 
-def _load_model(p: Path, net: Any, state: dict[str, Any]) -> None:
+def _load_model(p: Location, net: Any, state: dict[str, Any]) -> None:
     """``net.load_state_dict(state)``, after a check that turns a mismatch into one line."""
     mine = net.state_dict()
     shapes = [

@@ -13,6 +13,9 @@ the single-file ``step-<n>.pt`` checkpoints of :mod:`gpuspark.train.checkpoint`,
 All ranks write into a staging directory ``.step-<n>.dcp.tmp``; after a barrier rank 0 adds
 ``meta.pt`` and renames the directory into place, so a run killed at any moment leaves the
 previous checkpoint or the new one. The directory must be on a filesystem every rank sees.
+On an object store (a URL ``--checkpoint-dir``, which has no rename) the ranks write straight
+into ``step-<n>.dcp/`` through DCP's fsspec writer and rank 0 uploads ``meta.pt`` last: a
+``.dcp`` prefix without ``meta.pt`` is not a checkpoint (:func:`~.checkpoint_dir.list_checkpoints`).
 
 Resharding: DCP records each shard's global offsets, so a checkpoint written by 4 ranks loads
 into 2 (or 8) and each rank reads the pieces of its new shard. Exact resume (RNG streams)
@@ -23,12 +26,15 @@ are restored and each rank keeps its own RNG. :func:`export_consolidated` writes
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from gpuspark import storage
 from gpuspark.errors import CheckpointError
+from gpuspark.storage import Location, RemotePath
 from gpuspark.train import checkpoint as ckpt
 
 __all__ = ["export_consolidated", "load", "save"]
@@ -63,7 +69,7 @@ def _state(model: Any, optimizer: Any) -> dict[str, Any]:
 
 
 def save(
-    directory: str | os.PathLike[str],
+    directory: str | os.PathLike[str] | RemotePath,
     *,
     model: Any,
     optimizer: Any = None,
@@ -77,7 +83,7 @@ def save(
     extra: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
     run_id: str | None = None,
-) -> Path | None:
+) -> Location | None:
     """Write sharded checkpoint ``step-<step>.dcp``; collective: call on every rank.
 
     Same arguments as :func:`gpuspark.train.checkpoint.save`. Returns the path on rank 0.
@@ -86,13 +92,14 @@ def save(
     import torch.distributed.checkpoint as dcp
 
     rank, world = _world()
-    d = Path(directory)
+    d = storage.as_path(directory)
     final = d / f"step-{step:09d}.dcp"
-    stage = d / f".{final.name}.tmp"
+    # an object store has no rename: write in place, meta.pt (the commit) last
+    stage = final if isinstance(d, RemotePath) else d / f".{final.name}.tmp"
     if rank == 0:
         with ckpt.writing(d):
-            d.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(stage, ignore_errors=True)
+            storage.makedirs(d)
+            storage.remove(stage)  # a remote re-save of one step: uncommitted until meta.pt
     _barrier()
     dcp.save(_state(model, optimizer), checkpoint_id=str(stage))
     mine = {"rng": ckpt.rng_state(), "comm": {}}
@@ -101,7 +108,7 @@ def save(
         dist.all_gather_object(gathered, mine)
     else:
         gathered = [mine]
-    path: Path | None = None
+    path: Location | None = None
     if rank == 0:
         meta = {
             "format": 2,
@@ -121,9 +128,15 @@ def save(
     return path
 
 
-def _commit(stage: Path, final: Path, meta: dict[str, Any]) -> None:
+def _commit(stage: Location, final: Location, meta: dict[str, Any]) -> None:
     import torch
 
+    if isinstance(stage, RemotePath):
+        buffer = io.BytesIO()
+        torch.save(meta, buffer)
+        storage.atomic_write_bytes(str(stage / _META), buffer.getvalue())
+        return
+    assert isinstance(final, Path)
     tmp = stage / f".{_META}.tmp"
     with open(tmp, "wb") as fh:
         torch.save(meta, fh)
@@ -135,11 +148,9 @@ def _commit(stage: Path, final: Path, meta: dict[str, Any]) -> None:
     os.replace(stage, final)
 
 
-def _meta(p: Path) -> dict[str, Any]:
-    import torch
-
+def _meta(p: Location) -> dict[str, Any]:
     try:
-        meta = torch.load(p / _META, map_location="cpu", weights_only=False)
+        meta = ckpt.load_payload(p / _META)
     except Exception as exc:  # torch and pickle raise several types
         raise CheckpointError(
             f"sharded checkpoint {p} has no readable {_META} ({type(exc).__name__})",
@@ -148,9 +159,9 @@ def _meta(p: Path) -> dict[str, Any]:
     return dict(meta)
 
 
-def _resolve(path_or_dir: str | os.PathLike[str]) -> Path | None:
-    p = Path(path_or_dir)
-    if p.name.endswith(".dcp") and p.is_dir():
+def _resolve(path_or_dir: str | os.PathLike[str] | RemotePath) -> Location | None:
+    p = storage.as_path(path_or_dir)
+    if p.name.endswith(".dcp") and storage.is_dir(p):
         return p
     found = ckpt.latest(p)
     if found is not None and not found.name.endswith(".dcp"):
@@ -162,7 +173,7 @@ def _resolve(path_or_dir: str | os.PathLike[str]) -> Path | None:
 
 
 def load(
-    path_or_dir: str | os.PathLike[str],
+    path_or_dir: str | os.PathLike[str] | RemotePath,
     *,
     model: Any,
     optimizer: Any = None,
@@ -216,7 +227,7 @@ def export_consolidated(
     out_file: str | os.PathLike[str],
     *,
     model: Any = None,
-) -> Path | None:
+) -> Location | None:
     """Write one plain ``state_dict`` file (full tensors, CPU) from a sharded checkpoint.
 
     With ``model`` (sharded, on every rank; collective): the checkpoint's weights are loaded
@@ -245,17 +256,17 @@ def export_consolidated(
         if _world()[0] != 0:
             _barrier()
             return None
-    out = Path(out_file)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    out = storage.as_path(out_file)
+    buffer = io.BytesIO()
+    torch.save(full, buffer)
     with ckpt.writing(out.parent):
-        torch.save(full, tmp)
-        os.replace(tmp, out)
+        storage.atomic_write_bytes(str(out), buffer.getvalue())
     if model is not None:
         _barrier()
     return out
 
 
-def _offline_model_state(p: Path) -> dict[str, Any]:
+def _offline_model_state(p: Location) -> dict[str, Any]:
     import tempfile
 
     import torch

@@ -256,13 +256,18 @@ class TrackedRun:
         for i in range(0, len(items), 1000):  # MLflow's batch limit: 1,000 metrics
             client.log_batch(self.run_id, metrics=items[i : i + 1000])
 
-    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+    def log_artifact(
+        self, path: str | os.PathLike[str] | storage.RemotePath, artifact_path: str | None = None
+    ) -> None:
         """Log the file or folder ``path`` (under ``artifact_path``), if it exists."""
-        p = Path(path)
-        if p.is_dir():
-            self._client().log_artifacts(self.run_id, str(p), artifact_path)
-        elif p.is_file():
-            self._client().log_artifact(self.run_id, str(p), artifact_path)
+        where = storage.as_path(path)
+        if not (storage.is_dir(where) or storage.is_file(where)):
+            return
+        with storage.local_copy(where) as p:  # MLflow uploads local files only
+            if p.is_dir():
+                self._client().log_artifacts(self.run_id, str(p), artifact_path)
+            else:
+                self._client().log_artifact(self.run_id, str(p), artifact_path)
 
     def log_report(self, report: Mapping[str, Any], name: str = "report.json") -> None:
         """Log ``report`` (plain data) as the JSON artifact ``name``."""
@@ -271,7 +276,7 @@ class TrackedRun:
             file.write_text(json.dumps(report, indent=2, default=str))
             self.log_artifact(file)
 
-    def log_model(self, best: str | os.PathLike[str], step: int = 0) -> str:
+    def log_model(self, best: str | os.PathLike[str] | storage.RemotePath, step: int = 0) -> str:
         """Log ``best`` (a ``best.pt``) as the model :data:`MODEL_ARTIFACT` of this run with
         the gpuspark ``python_function`` flavour, registered as :attr:`Tracking.model_name`;
         returns ``models:/NAME/VERSION``. MLflow 3 links the run's metrics of ``step`` (the
@@ -283,11 +288,11 @@ class TrackedRun:
             requirements = [f"gpuspark=={version('gpuspark')}"]
         except PackageNotFoundError:
             requirements = ["gpuspark"]
-        with mlflow.start_run(run_id=self.run_id):
+        with mlflow.start_run(run_id=self.run_id), storage.local_copy(best) as local:
             info = mlflow.pyfunc.log_model(
                 name=MODEL_ARTIFACT,
                 loader_module=FLAVOR_MODULE,
-                data_path=str(best),
+                data_path=str(local),
                 pip_requirements=requirements,
                 registered_model_name=self.tracking.model_name,
                 step=step,
@@ -392,7 +397,7 @@ def fit_run(
     except BaseException:
         run.end("FAILED")
         raise
-    newest = latest(checkpoint_dir) if checkpoint_dir and Path(checkpoint_dir).is_dir() else None
+    newest = latest(checkpoint_dir) if checkpoint_dir else None
     if newest is not None:
         run.log_artifact(newest, "checkpoint")
     run.end()
@@ -418,8 +423,8 @@ def finish_recipe_run(
     run: TrackedRun,
     report: Mapping[str, Any],
     *,
-    best: str | os.PathLike[str] | None,
-    checkpoint: str | os.PathLike[str] | None,
+    best: str | os.PathLike[str] | storage.RemotePath | None,
+    checkpoint: str | os.PathLike[str] | storage.RemotePath | None,
 ) -> dict[str, Any]:
     """The end of a recipe run on rank 0: the test and best scores as metrics (``test_<k>``,
     ``best_<k>``: ``best_val_auc``, ...), ``report`` as ``report.json``, the newest training
@@ -437,8 +442,8 @@ def finish_recipe_run(
 def _log_outcome(
     run: TrackedRun,
     report: Mapping[str, Any],
-    best: str | os.PathLike[str] | None,
-    checkpoint: str | os.PathLike[str] | None,
+    best: str | os.PathLike[str] | storage.RemotePath | None,
+    checkpoint: str | os.PathLike[str] | storage.RemotePath | None,
 ) -> None:
     scores = {f"test_{k}": v for k, v in (report.get("test") or {}).items() if k != "epoch"}
     scores.update({f"best_{k}": v for k, v in (report.get("best") or {}).items()})
@@ -446,7 +451,7 @@ def _log_outcome(
     run.log_report(report)
     if checkpoint is not None:
         run.log_artifact(checkpoint, "checkpoint")
-    if best is not None and Path(best).is_file():
+    if best is not None and storage.is_file(storage.as_path(best)):
         run.log_model(best, step=int((report.get("best") or {}).get("epoch") or 0))
     else:
         log.warning(

@@ -32,6 +32,7 @@ __all__ = [
     "SHARED_QUEUE",
     "Flavor",
     "flavors",
+    "gpu_product_label",
     "kueue_notes",
     "kueue_objects",
     "kueue_spark_conf",
@@ -184,7 +185,7 @@ def kueue_objects(
             "apiVersion": group,
             "kind": "ResourceFlavor",
             "metadata": {"name": f.name},
-            "spec": {"nodeLabels": {GPU_LABEL: kube_label_value(f.gpu_model)}},
+            "spec": {"nodeLabels": {GPU_LABEL: gpu_product_label(spec, f, len(found))}},
         }
         for f in found
     ]
@@ -213,6 +214,19 @@ def kueue_objects(
             }
         )
     return docs
+
+
+def gpu_product_label(spec: ClusterSpec, flavor: Flavor, count: int) -> str:
+    """The ``nvidia.com/gpu.product`` value of ``flavor``'s nodes, the same one the executor
+    pod template selects: the spec's ``[kubernetes] gpu_product`` when it names the one GPU
+    model of the cluster; else GPU feature discovery's form of the model (NVML's product name
+    with ``-`` for spaces: ``A100-SXM4-80GB`` -> ``NVIDIA-A100-SXM4-80GB``)."""
+    if spec.kubernetes.gpu_product and count == 1:
+        return spec.kubernetes.gpu_product
+    model = flavor.gpu_model.strip()
+    if not model.upper().startswith(("NVIDIA", "TESLA", "QUADRO")):
+        model = f"NVIDIA-{model}"
+    return kube_label_value(model)
 
 
 def kube_label_value(text: str) -> str:

@@ -84,7 +84,7 @@ def resolve_paths(cfg: RecipeConfig) -> RecipeConfig:
     def absolute(path: str | None) -> str | None:
         if path is None or storage.is_url(path):
             return path
-        return os.path.abspath(os.path.expanduser(path))
+        return os.path.abspath(os.path.expanduser(storage.local_path(path)))
 
     ck = cfg.checkpoint
     return dataclasses.replace(
@@ -169,7 +169,7 @@ def run(
         "gpus_per_process": gpus_per_process,
         "processes_per_task": processes_per_task,
         "timeout": timeout,
-        "env": env,
+        "env": {**_store_credentials(cfg), **(env or {})},
         "metrics_port": metrics_port,
         "metrics_host": metrics_host,
         "max_restarts": max_restarts,
@@ -182,3 +182,11 @@ def run(
         return launch.run(train, recipe.name, cfg, tracking, local=True, **kwargs)
     with job.session(spark) as sp:
         return launch.run(train, recipe.name, cfg, tracking, spark=sp, **kwargs)
+
+
+def _store_credentials(cfg: RecipeConfig) -> dict[str, str]:
+    """The storage credential variables of this process, for ranks that read or write a URL
+    (the dataset, checkpoints, ``--out``): a running cluster's executors were started with
+    their own environment. Secret values are redacted wherever a launch is printed."""
+    paths = (cfg.dataset.data, cfg.checkpoint.checkpoint_dir, cfg.checkpoint.out)
+    return storage.credential_env() if any(p and storage.is_url(p) for p in paths) else {}

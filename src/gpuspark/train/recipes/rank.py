@@ -7,11 +7,10 @@ the decoder, the network, the class count and the metrics.
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from gpuspark.data.load import ShardDataset, World
 from gpuspark.launch import restart_count
 from gpuspark.train import ddp, fsdp
 from gpuspark.train import tracking as tracked
-from gpuspark.train.checkpoint_dir import latest
+from gpuspark.train.checkpoint_dir import latest, load_payload
 from gpuspark.train.loop import FitConfig, fit
 from gpuspark.train.recipes.common import augment
 from gpuspark.train.recipes.config import RecipeConfig
@@ -230,9 +229,6 @@ def _export_best(
     state = _model_state(model)
     if dist.get_rank() != 0:
         return
-    final = Path(cfg.out_dir) / "best.pt"
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".best.pt.tmp-{os.getpid()}")
     payload = {
         "recipe": recipe.name,
         "epoch": epoch,
@@ -243,19 +239,20 @@ def _export_best(
     }
     if lineage is not None:
         payload["dataset"] = lineage
-    torch.save(payload, tmp)
-    tmp.replace(final)
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    storage.makedirs(storage.as_path(cfg.out_dir))
+    storage.atomic_write_bytes(storage.join(cfg.out_dir, "best.pt"), buffer.getvalue())
 
 
 def _test(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, model: Any) -> dict[str, Any]:
     """Scores of the best exported model (else the final one) on ``cfg.dataset.test_split``
     (rank 0; every rank for a sharded model)."""
-    import torch
 
-    best = Path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
+    best = storage.as_path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
     epoch = None
-    if best is not None and best.exists():
-        payload = torch.load(best, map_location="cpu", weights_only=False)
+    if best is not None and storage.is_file(best):
+        payload = load_payload(best)
         _load_model_state(model, payload["model"])
         epoch = payload["epoch"]
     ds = _eval_dataset(recipe, cfg, decode, str(cfg.dataset.test_split))
@@ -311,8 +308,8 @@ def _run_params(name: str, cfg: RecipeConfig, world_size: int) -> dict[str, Any]
 def _finish_run(run: tracked.TrackedRun, summary: TrainSummary, cfg: RecipeConfig) -> Any:
     """Rank 0's end of the MLflow run: scores, report, checkpoint, registered ``best.pt``."""
     directory = cfg.checkpoint.checkpoint_dir
-    newest = latest(directory) if directory and Path(directory).is_dir() else None
-    best = Path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
+    newest = latest(directory) if directory else None
+    best = storage.as_path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
     return tracked.finish_recipe_run(run, summary.as_dict(), best=best, checkpoint=newest)
 
 
@@ -386,9 +383,9 @@ def _train(name: str, cfg: RecipeConfig, run: tracked.TrackedRun | None) -> Trai
         test=test,
     )
     if rank0 and cfg.out_dir:
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        storage.makedirs(storage.as_path(cfg.out_dir))
         text = json.dumps(summary.as_dict(), indent=2, default=str)
-        storage.atomic_write_text(Path(cfg.out_dir) / "history.json", text)
+        storage.atomic_write_text(storage.join(cfg.out_dir, "history.json"), text)
     return summary
 
 

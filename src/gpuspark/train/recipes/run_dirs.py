@@ -4,7 +4,6 @@ best model a resumed run has to beat."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from gpuspark import storage
@@ -19,7 +18,7 @@ def check_run_dirs(cfg: RecipeConfig, shape: dict[str, Any], num_processes: int 
     ``cfg.checkpoint.overwrite``); a resume finds a checkpoint written for ``shape`` by
     ``num_processes`` ranks. Raises ``CheckpointError`` in one line."""
     for directory, what in _run_dirs(cfg):
-        ckpt.check_dir(directory)
+        ckpt.check_dir(directory, what)
         if not cfg.checkpoint.resume:
             ckpt.check_new_run(directory, overwrite=cfg.checkpoint.overwrite, what=what)
     if cfg.checkpoint.resume and cfg.checkpoint.checkpoint_dir:
@@ -31,7 +30,7 @@ def check_run_dirs(cfg: RecipeConfig, shape: dict[str, Any], num_processes: int 
 def _nothing_to_resume(directory: str) -> None:
     """``--resume`` into a folder without a checkpoint (a typo, most often): one line, not a
     silent run from scratch."""
-    where = "does not exist" if not Path(directory).exists() else "holds no checkpoint"
+    where = "does not exist" if not storage.exists(directory) else "holds no checkpoint"
     raise ckpt.CheckpointError(
         f"--resume: {directory} {where}, so there is nothing to continue",
         remedy="check the --checkpoint-dir path, or leave out --resume to start a new run",
@@ -44,8 +43,8 @@ def _run_dirs(cfg: RecipeConfig) -> list[tuple[str, str]]:
     seen: set[str] = set()
     found = []
     for directory, what in dirs:
-        if directory and not storage.is_url(directory) and directory not in seen:
-            seen.add(directory)
+        if directory and storage.location(directory) not in seen:
+            seen.add(storage.location(directory))
             found.append((directory, what))
     return found
 
@@ -61,13 +60,11 @@ def clear_earlier_run(cfg: RecipeConfig) -> None:
 def earlier_best(cfg: RecipeConfig) -> dict[str, Any]:
     """The best epoch so far of the run being resumed (its ``best.pt``), so that a worse
     epoch after the resume does not replace it; ``{}`` when there is none."""
-    import torch
-
-    path = Path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
-    if path is None or not path.is_file():
+    path = storage.as_path(cfg.out_dir) / "best.pt" if cfg.out_dir else None
+    if path is None or not storage.is_file(path):
         return {}
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        payload = ckpt.load_payload(path, mmap=True)
         return {"score": float(payload["score"]), "epoch": payload["epoch"], **payload["scores"]}
     except Exception:  # an older best.pt without its score, or a damaged one: start over
         return {}
