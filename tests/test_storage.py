@@ -196,3 +196,22 @@ def test_atomic_write_temp_name_matches_no_pattern_of_the_file(
     assert not fnmatch.fnmatchcase(seen[0], "*.json") and seen[0].startswith(".tmp-")
     assert not fnmatch.fnmatchcase(seen[1], "*.tfrecord")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["part-0.tfrecord", "run-1.json"]
+
+
+def test_what_another_process_wrote_is_seen_through_a_cached_listing(s3) -> None:  # type: ignore[no-untyped-def]
+    """fsspec caches listings per process; a rank or task (another process) writing under a
+    prefix this process listed must still be seen: every URL read lists afresh."""
+    import fsspec
+
+    url = f"{s3.url}/run"
+    storage.atomic_write_text(f"{url}/a.json", "{}")
+    assert storage.names(storage.as_path(url)) == ["a.json"]  # the listing is now cached
+    other = fsspec.filesystem("s3", skip_instance_cache=True)  # as another process would
+    other.pipe_file(f"{url.removeprefix('s3://')}/manifest.json", b'{"x": 1}')
+    assert storage.exists(f"{url}/manifest.json")
+    assert storage.file_size(f"{url}/manifest.json") == 8
+    with storage.open_file(f"{url}/manifest.json") as f:
+        assert f.read() == b'{"x": 1}'
+    assert storage.names(storage.as_path(url)) == ["a.json", "manifest.json"]
+    assert storage.list_dir(url) == [f"{url}/a.json", f"{url}/manifest.json"]
+    assert storage.is_file(storage.as_path(f"{url}/manifest.json"))

@@ -24,6 +24,7 @@ import pytest
 
 from _cluster import hosts_cluster  # tests/_cluster.py
 from _proc import comm, descendants  # tests/_proc.py
+from _s3 import S3Bucket  # tests/_s3.py
 from gpuspark.cluster.local import LocalCluster
 from gpuspark.data import format as fmt
 from gpuspark.data.write.commit import STAGING_PREFIX
@@ -51,7 +52,9 @@ def cohort(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _prep(cluster: LocalCluster, cohort: Path, out: Path, log: Path) -> subprocess.Popen[bytes]:
+def _prep(
+    cluster: LocalCluster, cohort: Path, out: Path | str, log: Path
+) -> subprocess.Popen[bytes]:
     env = {**os.environ, "GPUSPARK_STATE_DIR": str(cluster.state_dir)}
     cli = str(Path(sys.executable).with_name("gpuspark"))
     args = [cli, "prep", "dicom", str(cohort / "dicom"), str(out), "--json", "--overwrite"]
@@ -71,12 +74,12 @@ def _result(proc: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
     return json.loads(text[text.index("{\n") :])
 
 
-def _series(ds: Path) -> list[str]:
+def _series(ds: Path | str) -> list[str]:
     m = fmt.load_manifest(ds)
     return [
         fmt.decode_example(rec, m.schema)["series_uid"]
         for shard in m.shards
-        for rec in fmt.iter_records(ds / shard.path)
+        for rec in fmt.iter_records(f"{ds}/{shard.path}")
     ]
 
 
@@ -98,13 +101,28 @@ def _executors(cluster: LocalCluster) -> dict[int, str]:
     return found
 
 
-def _staged(out: Path) -> bool:
-    """Whether a shard is being written: a file in the write's staging directory."""
+def _staged(out: Path | str) -> bool:
+    """Whether a shard is being written: a file in the write's staging directory (an object
+    under its staging prefix, for a URL)."""
+    if isinstance(out, str):
+        return any(STAGING_PREFIX in key for key in _keys(out))
     return any(out.glob(f"{STAGING_PREFIX}*/*"))
 
 
+def _keys(url: str) -> list[str]:
+    """Every object under ``url`` (read afresh), relative to it."""
+    import fsspec
+
+    fs, inner = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache()
+    try:
+        return sorted(k.removeprefix(inner.rstrip("/") + "/") for k in fs.find(inner))
+    except FileNotFoundError:
+        return []
+
+
 def _kill_in(
-    cluster: LocalCluster, out: Path, phase: str, rng: random.Random, proc: Any, old: set[str]
+    cluster: LocalCluster, out: Path | str, phase: str, rng: random.Random, proc: Any, old: set[str]
 ) -> Any:
     """SIGKILL one executor (chosen by ``rng``) while the job is in ``phase``: headers (an
     executor runs Python tasks, no shard staged yet; after a random 0-2 s) or series+write
@@ -161,3 +179,31 @@ def test_executor_sigkill_during_prep_dicom_loses_and_duplicates_nothing(
     print("kills (trial, phase asked, (phase seen, executor pid)):", kills)
     seen = [k[2][0] for k in kills if k[2] is not None]
     assert len(seen) == TRIALS and set(seen) == {"headers", "series+write"}, kills
+
+
+@pytest.mark.timeout(1200)
+def test_executor_sigkill_during_prep_dicom_to_s3_leaves_no_partial_dataset(
+    hosts: LocalCluster, cohort: Path, tmp_path: Path, s3: S3Bucket
+) -> None:
+    """The same kill while shards are staged in a bucket (moto's S3 server): nothing is
+    visible before the manifest, the records are exactly the reference's, and after the
+    commit the prefix holds the manifest's objects only (no staging, no orphans)."""
+    ref = _result(
+        _prep(hosts, cohort, tmp_path / "ref", tmp_path / "ref.log"), tmp_path / "ref.log"
+    )
+    expected = sorted(_series(tmp_path / "ref"))
+    rng = random.Random(7)
+    for trial in range(2):
+        out, log = f"{s3.url}/trial-{trial}", tmp_path / f"s3-{trial}.log"
+        old = set(_executors(hosts).values())
+        proc = _prep(hosts, cohort, out, log)
+        killed = _kill_in(hosts, out, "series+write", rng, proc, old)
+        assert killed is not None and killed[0] == "series+write", killed
+        assert "manifest.json" not in _keys(out)  # staged shards are no dataset
+        res = _result(proc, log)
+        assert res["rows"] == ref["rows"] and res["quarantined"] == ref["quarantined"]
+        assert sorted(_series(out)) == expected, f"trial {trial}: lost or duplicated records"
+        assert "Lost executor" in log.read_text()
+        m = fmt.load_manifest(out)
+        owned = {p for s in m.shards for p in (s.path, s.index)} | set(m.extra["files"].values())
+        assert set(_keys(out)) == owned | {"manifest.json"}, _keys(out)

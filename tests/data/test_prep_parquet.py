@@ -65,8 +65,8 @@ def test_source_and_destination_checked_then_spark(
 ) -> None:
     with pytest.raises(PrepError, match="does not exist"):
         prep_parquet(tmp_path / "nope", tmp_path / "ds", label="y")
-    with pytest.raises(PrepError, match="remote URL"):
-        prep_parquet(src, "s3://b/ds", label="y")
+    with pytest.raises(PrepError, match="destination nosuch://b/ds: nosuch:// is not a known"):
+        prep_parquet(src, "nosuch://b/ds", label="y")
     with pytest.raises(_Started):
         prep_parquet(src, tmp_path / "ds", label="y", id="k", split=None)
     assert not (tmp_path / "ds").exists()

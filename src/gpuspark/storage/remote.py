@@ -19,6 +19,7 @@ import os
 import re
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from gpuspark._util.extras import require
 from gpuspark.errors import GpusparkError
@@ -115,12 +116,27 @@ def check_writable(url: str, what: str) -> None:
     check_filesystem(url, what)
     probe = join(url, f".gpuspark-write-check-{uuid.uuid4().hex[:12]}")
     try:
-        fs, inner = filesystem(probe)
+        fs, inner = _probe_filesystem(probe)
         fs.pipe_file(inner, b"")
         fs.rm(inner)
     except Exception as exc:  # each client raises its own types: sorted by _explain
         message, remedy = _explain(exc)
         raise GpusparkError(f"{what} {url}: {message}", remedy=remedy) from exc
+
+
+_PROBE_DEADLINE = {"connect_timeout": 10, "read_timeout": 20, "retries": {"max_attempts": 2}}
+"""botocore settings of the write probe: an unreachable endpoint is one line within about
+half a minute, not minutes of the SDK's default retries."""
+
+
+def _probe_filesystem(url: str) -> tuple[Any, str]:
+    """The file system of the probe: S3 with a short deadline, others as configured."""
+    if scheme(url) in ("s3", "s3a", "s3n"):
+        import fsspec
+
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, config_kwargs=_PROBE_DEADLINE)
+        return fs, url.split("::")[-1].partition("://")[2]
+    return filesystem(url)
 
 
 def _explain(exc: BaseException) -> tuple[str, str]:

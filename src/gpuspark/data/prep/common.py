@@ -17,7 +17,7 @@ from typing import Any
 from gpuspark import storage
 from gpuspark.data.checks import parse_split
 from gpuspark.data.sources import read_labels
-from gpuspark.errors import LabelsError, PrepError
+from gpuspark.errors import GpusparkError, LabelsError, PrepError
 from gpuspark.schedulers.connect import is_connect_session
 
 __all__ = [
@@ -122,15 +122,19 @@ def _holds_a_file(root: Path) -> bool:
 
 
 def check_destination(dst: str | os.PathLike[str], overwrite: bool) -> str:
-    """The dataset directory as an absolute local path, refused now (not after the Spark job)
-    when it holds a dataset and ``overwrite`` is off, or other files."""
+    """The dataset directory as an absolute local path (a URL as given), refused now (not
+    after the Spark job) when it holds a dataset and ``overwrite`` is off, or other files; a
+    URL also when its store's client is missing or it cannot be written (a write probe)."""
     from gpuspark.data.write import check_target
 
     text = os.fspath(dst)
     if storage.is_url(text):
-        raise PrepError(
-            f"destination {text} is a remote URL", remedy="write to a local or shared path"
-        )
+        try:
+            storage.check_writable(text, "destination")
+        except GpusparkError as exc:
+            raise PrepError(exc.message, remedy=exc.remedy) from exc
+        check_target(text, overwrite)
+        return text
     root = os.path.abspath(os.path.expanduser(storage.local_path(text)))
     _check_creatable(text, root)
     check_target(root, overwrite)
@@ -306,7 +310,7 @@ def quarantine_table(rows: list[dict[str, Any]]) -> dict[str, bytes]:
 def quarantine_path(root: str, manifest: Any) -> str | None:
     """Where the committed dataset's quarantine table is."""
     name = (manifest.extra.get("files") or {}).get(QUARANTINE_FILE)
-    return os.path.join(root, name) if name else None
+    return storage.join(root, name) if name else None
 
 
 def by_reason(rows: list[dict[str, Any]]) -> dict[str, int]:

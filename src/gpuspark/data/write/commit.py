@@ -1,5 +1,12 @@
 """The commit protocol shared by every writer: stage, move into place, manifest last.
 
+The root may be a local path or a URL (``s3://bucket/ds``). An object store has no rename, so
+there each task attempt still writes under its own staging prefix, the driver *copies* the
+winning attempts' objects to their final names (a server-side copy), and the manifest is one
+upload, last; a reader trusts only the manifest. Objects of abandoned attempts go with the
+staging prefix after the commit, and anything an interrupted write left (staging prefixes,
+shards no manifest names) is removed by the next write, exactly as on a local disk.
+
 A write stages its shards in ``<dataset>/_gpuspark_staging-<wid>/`` (invisible to readers,
 which only follow ``manifest.json``), moves finished shards - and the extra files of the
 dataset, such as prep's quarantine table, listed in ``manifest.extra["files"]`` - to their
@@ -22,7 +29,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from gpuspark import __version__
+from gpuspark import __version__, storage
 from gpuspark.data import format as fmt
 from gpuspark.data.format import MANIFEST_NAME, DatasetExistsError, Manifest, ShardInfo
 from gpuspark.errors import GpusparkError, NotADatasetError
@@ -79,14 +86,17 @@ def _replaceable_manifest(root: str) -> Manifest | None:
 
 
 def check_target(root: str, overwrite: bool) -> Manifest | None:
-    """Check that a write may go to ``root``, changing nothing; return the manifest it would
-    replace. Callers with a long job ahead call it first, to refuse before any work."""
-    if os.path.exists(root) and not os.path.isdir(root):
+    """Check that a write may go to ``root`` (a local path or a URL), changing nothing;
+    return the manifest it would replace. Callers with a long job ahead call it first, to
+    refuse before any work."""
+    where = storage.as_path(root)
+    if storage.is_file(where):
         raise DatasetExistsError(f"{root} exists and is a file, not a dataset directory")
-    if not os.path.isdir(root):
+    names = storage.names(where)
+    if not names:
         return None
     old = None
-    if os.path.exists(os.path.join(root, MANIFEST_NAME)):
+    if MANIFEST_NAME in names:
         if not overwrite:
             raise DatasetExistsError(
                 f"{root} already holds a gpuspark dataset",
@@ -102,9 +112,7 @@ def check_target(root: str, overwrite: bool) -> Manifest | None:
         []
         if old is not None
         else [
-            n
-            for n in os.listdir(root)
-            if n != MANIFEST_NAME and n not in keep and not _is_leftover(n, keep)
+            n for n in names if n != MANIFEST_NAME and n not in keep and not _is_leftover(n, keep)
         ]
     )
     if others:
@@ -119,9 +127,7 @@ def prepare_target(root: str, overwrite: bool) -> Manifest | None:
     """Check the target directory (:func:`check_target`), create it or remove the leftovers
     of interrupted writes; return the current manifest (if overwriting one)."""
     old = check_target(root, overwrite)
-    if not os.path.isdir(root):
-        os.makedirs(root, exist_ok=True)
-        return None
+    storage.makedirs(storage.as_path(root))
     _clean_leftovers(root, _manifest_files(old))
     return old
 
@@ -150,13 +156,16 @@ def extra_file_name(name: str, wid: str) -> str:
 
 def _clean_leftovers(root: str, keep: set[str]) -> None:
     """Remove staging dirs, temp files and unreferenced shards of interrupted writes."""
-    for name in os.listdir(root):
+    for name in storage.names(storage.as_path(root)):
         if _is_leftover(name, keep):
-            _remove(os.path.join(root, name))
+            _remove(storage.join(root, name))
 
 
 def _remove(path: str) -> None:
     """Delete a file or directory tree; retry a tree a few times (late writers may race)."""
+    if storage.is_url(path):
+        storage.remove(storage.as_path(path))
+        return
     for _ in range(5):
         try:
             if os.path.isdir(path) and not os.path.islink(path):
@@ -178,12 +187,13 @@ def staged_write(
     """``(root, staging dir, write id, manifest being replaced)`` of a write that ends in one
     :func:`commit`; on any error the staging directory (and a root this write created) is
     removed."""
-    root = os.path.abspath(os.fspath(path))
-    created_root = not os.path.exists(root)
+    text = os.fspath(path)
+    root = text if storage.is_url(text) else os.path.abspath(storage.local_path(text))
+    created_root = not storage.exists(root)
     old = prepare_target(root, overwrite)
     wid = new_write_id()
-    staging = os.path.join(root, STAGING_PREFIX + wid)
-    os.mkdir(staging)
+    staging = storage.join(root, STAGING_PREFIX + wid)
+    storage.makedirs(storage.as_path(staging))
     try:
         yield root, staging, wid, old
     except BaseException:
@@ -257,36 +267,56 @@ def commit(
     moved are removed again: the old dataset stays as it was, with its own extra files (a
     killed process leaves them to the next write, which removes them as leftovers).
     """
-    wid = os.path.basename(staging).removeprefix(STAGING_PREFIX)
+    wid = staging.rstrip("/").rsplit("/", 1)[-1].removeprefix(STAGING_PREFIX)
     names = {name: extra_file_name(_plain_name(name), wid) for name in files or {}}
     if names:
         manifest.extra["files"] = dict(sorted(names.items()))
     moved: list[str] = []
     try:
         for name, data in (files or {}).items():
-            tmp = os.path.join(staging, names[name])
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(root, names[name]))
             moved.append(names[name])
+            _put(root, staging, names[name], data)
         for src, info in staged:
             moved.append(info.index)
-            os.replace(src + ".idx", os.path.join(root, info.index))
+            _move(src + ".idx", storage.join(root, info.index))
             moved.append(info.path)
-            os.replace(src, os.path.join(root, info.path))
+            _move(src, storage.join(root, info.path))
         fmt.write_manifest(root, manifest)
     except BaseException:
         for name in moved:
-            _remove(os.path.join(root, name))
+            _remove(storage.join(root, name))
         raise
-    _fsync_dir(root)
+    if not storage.is_url(root):
+        _fsync_dir(root)
     new_files = _manifest_files(manifest)
     for name in _manifest_files(old) - new_files:
-        _remove(os.path.join(root, name))
+        _remove(storage.join(root, name))
     _remove(staging)
     return manifest
+
+
+def _put(root: str, staging: str, name: str, data: bytes) -> None:
+    """Write ``root/name`` whole: locally through the staging folder and a rename, on an
+    object store in one upload (visible only once complete)."""
+    if storage.is_url(root):
+        storage.atomic_write_bytes(storage.join(root, name), data)
+        return
+    tmp = os.path.join(staging, name)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(root, name))
+
+
+def _move(src: str, dst: str) -> None:
+    """A staged file to its final name: a rename locally; on an object store a server-side
+    copy (the staged object goes with its staging prefix after the commit)."""
+    if storage.is_url(src):
+        fs, inner = storage.filesystem(src)
+        fs.copy(inner, storage.filesystem(dst)[1])
+        return
+    os.replace(src, dst)
 
 
 def _plain_name(name: str) -> str:
@@ -310,6 +340,6 @@ def _fsync_dir(path: str) -> None:
 def abort_write(root: str, staging: str, created_root: bool) -> None:
     """Drop a write's staging directory, and ``root`` when this write created it (if empty)."""
     _remove(staging)
-    if created_root:
+    if created_root and not storage.is_url(root):
         with contextlib.suppress(OSError):
             os.rmdir(root)  # only if still empty

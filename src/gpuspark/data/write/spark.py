@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
+from gpuspark import storage
 from gpuspark._util.spark_compat import is_connect, sql_functions
 from gpuspark.data import format as fmt
 from gpuspark.data.checks import check_split_name
@@ -60,16 +61,22 @@ def _task_writer(
     ``name_of(partition)``: the rows of the partition (through ``sample_fn``), or what
     ``partition_fn`` makes of them."""
 
+    # a store's credentials travel inside the task (never in the Spark conf, which the UI
+    # and event logs show): a running cluster's executors were started without them
+    creds = storage.credential_env() if storage.is_url(staging) else {}
+
     def write_partition(batches: Iterable[Any]) -> Iterable[Any]:
         import pyarrow as pa
         from pyspark import TaskContext
 
+        os.environ.update(creds)
+
         ctx = TaskContext.get()
         assert ctx is not None  # always set inside a task
         pid, attempt = ctx.partitionId(), ctx.taskAttemptId()
-        attempt_dir = os.path.join(staging, f"p{pid:05d}-a{attempt}")
-        os.mkdir(attempt_dir)  # no parents: fails once the driver removed the staging dir
-        shard = ShardFile(os.path.join(attempt_dir, name_of(pid)), compression)
+        rel = f"p{pid:05d}-a{attempt}/{name_of(pid)}"
+        local = _attempt_file(staging, rel)
+        shard = ShardFile(local, compression)
         key = keys[pid] if keys else None
         reports: list[dict[str, Any]] = []
         try:
@@ -84,15 +91,17 @@ def _task_writer(
                     else:
                         shard.write(item)
             shard.finish()
+            _upload_attempt(local, staging, rel)
         except BaseException:
             shard.discard()
+            _drop_local(local, staging)
             raise
         yield pa.RecordBatch.from_pylist(
             [
                 {
                     "partition": pid,
                     "attempt": attempt,
-                    "file": os.path.relpath(shard.path, staging),
+                    "file": rel,
                     "records": len(shard.entries),
                     "bytes": shard.bytes,
                     "hash": shard.hash,
@@ -104,6 +113,40 @@ def _task_writer(
         )
 
     return write_partition
+
+
+def _attempt_file(staging: str, rel: str) -> str:
+    """The local file a task attempt writes its shard to: in its own folder under a local
+    staging directory (created without parents: it fails once the driver removed the staging
+    directory), or in a temporary folder when the staging prefix is a URL (then uploaded)."""
+    if storage.is_url(staging):
+        import tempfile
+
+        return os.path.join(tempfile.mkdtemp(prefix="gpuspark-shard-"), rel.rsplit("/", 1)[1])
+    attempt_dir = os.path.join(staging, rel.rsplit("/", 1)[0])
+    os.mkdir(attempt_dir)
+    return os.path.join(staging, rel)
+
+
+def _upload_attempt(local: str, staging: str, rel: str) -> None:
+    """A remote staging prefix: upload the attempt's shard and index under ``rel`` (index
+    first, shard last), then drop the local copies."""
+    if not storage.is_url(staging):
+        return
+    fs, inner = storage.filesystem(storage.join(staging, rel))
+    try:
+        fs.put_file(local + ".idx", inner + ".idx")
+        fs.put_file(local, inner)
+    finally:
+        _drop_local(local, staging)
+
+
+def _drop_local(local: str, staging: str) -> None:
+    """Remove the temporary folder of a shard written for a remote staging prefix."""
+    if storage.is_url(staging):
+        import shutil
+
+        shutil.rmtree(os.path.dirname(local), ignore_errors=True)
 
 
 def _checked_batch(batch: Any, key: int | None) -> Any:
@@ -167,10 +210,13 @@ def write_dataframe(
     ``world_size`` the rows are dealt round-robin to ``num_shards`` shards (default: the
     partition count rounded up to a multiple of ``world_size``), so shards differ by at most
     one record. With ``split_col``, each split value gets its own shards (recorded in
-    ``manifest.splits``), balanced the same way. ``path`` must be a local or shared
-    file-system path that the executors can reach. ``files`` (``{"name.ext": contents}``) are
-    committed with the shards, before the manifest (listed in ``manifest.extra["files"]``,
-    see :func:`gpuspark.data.write.commit.commit`).
+    ``manifest.splits``), balanced the same way. ``path`` is a local or shared file-system
+    path that the executors can reach, or a URL of an object store (``s3://bucket/ds``: each
+    task attempt uploads under its own staging prefix, the driver copies the winners into
+    place and uploads the manifest last; the driver's store credentials travel in the
+    tasks). ``files`` (``{"name.ext": contents}``) are committed with the shards, before the
+    manifest (listed in ``manifest.extra["files"]``, see
+    :func:`gpuspark.data.write.commit.commit`).
 
     ``partition_fn(shard index, Arrow batches)`` replaces the row-by-row path: it yields the
     samples of its shard (e.g. blocks of rows) and :class:`PartitionReport` dicts; ``extra``
@@ -296,11 +342,10 @@ def _staged_manifest(
     staged, shards = [], []
     for pid, (split, _) in enumerate(layout):
         r = by_partition[pid]
-        src = os.path.join(staging, r["file"])
-        if os.path.getsize(src) != r["bytes"]:
-            raise GpusparkError(
-                f"shard {src} has {os.path.getsize(src)} bytes, task said {r['bytes']}"
-            )
+        src = storage.join(staging, r["file"])
+        size = storage.file_size(src)
+        if size != r["bytes"]:
+            raise GpusparkError(f"shard {src} has {size} bytes, task said {r['bytes']}")
         info = ShardInfo(names[pid], r["records"], r["bytes"], r["hash"], names[pid] + ".idx")
         staged.append((src, info))
         shards.append((info, split, json.loads(r["schema"])))
