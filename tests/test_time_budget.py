@@ -13,8 +13,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def _copy_conftest(folder: Path) -> None:
+    """tests/conftest.py and the helper module it imports its fixtures from."""
+    for name in ("conftest.py", "_s3.py"):
+        shutil.copy(HERE / name, folder / name)
+
+
 def test_a_green_run_over_its_budget_fails(tmp_path: Path) -> None:
-    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    _copy_conftest(tmp_path)
     (tmp_path / "test_slow.py").write_text("import time\n\ndef test_a():\n    time.sleep(1.0)\n")
     env = {**os.environ, "GPUSPARK_TEST_BUDGET_S": "0.5"}
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_slow.py"]
@@ -28,7 +34,7 @@ def test_tests_on_sessions_of_their_own_run_last(tmp_path: Path) -> None:
     """The modules with a test on the shared cluster first; among them, marker
     ``own_session``: last in its module, its module after the others; a test that ``-m``
     deselects moves nothing."""
-    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    _copy_conftest(tmp_path)
     (tmp_path / "test_a.py").write_text(
         "import pytest\n\ndef test_a0():\n    pass\n\ndef test_a1(spark):\n    pass\n\n"
         "@pytest.mark.own_session\ndef test_a2(spark):\n    pass\n\n"
@@ -65,7 +71,7 @@ def _note(name):
 def test_two_workers_share_one_cluster_and_keep_each_module_whole(tmp_path: Path) -> None:
     """``make test`` runs 2 workers: the modules with a test on the shared cluster run on one
     of them, whole and in order; every other module's tests run together on one worker."""
-    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    _copy_conftest(tmp_path)
     for mod in "abcdef":
         tests = "".join(
             f"def test_{mod}{n}({'spark' if mod in 'ace' and n % 2 else ''}):\n"

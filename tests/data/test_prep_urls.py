@@ -1,4 +1,5 @@
-"""``prep`` writes datasets to object stores, against a real S3-protocol server.
+"""``prep`` writes datasets to object stores, against a real S3-protocol server (the kill test
+is in ``test_prep_faults.py``).
 
 ``prep dicom SRC s3://bucket/shards`` used to be refused ("is a remote URL"). Each task attempt
 now writes its shard under its own staging prefix, the driver copies the winning attempts'
@@ -26,8 +27,32 @@ def _contents(manifest: object) -> list[tuple[str, int, str]]:
     return sorted((split_of.get(s.path, ""), s.records, s.hash) for s in m.shards)  # type: ignore[attr-defined]
 
 
+def _by_series(root: str) -> dict[str, dict[str, object]]:
+    from gpuspark.data.format import decode_example
+
+    m = load_manifest(root)
+    out = {}
+    for split, paths in m.splits.items():
+        for p in paths:
+            for rec in iter_records(f"{root}/{p}"):
+                row = decode_example(rec, m.schema)
+                out[str(row["series_uid"])] = {**row, "_split": split}
+    return out
+
+
+def _same(x: object, y: object) -> bool:
+    import numpy as np
+
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return bool(np.array_equal(x, y))  # type: ignore[arg-type]
+    return x == y
+
+
 def test_prep_dicom_to_s3_matches_the_local_run(spark, tmp_path: Path, s3: S3Bucket) -> None:
+    from gpuspark import storage
     from gpuspark.data.prep import prep_dicom
+    from gpuspark.data.write import write_dataframe
+    from gpuspark.errors import DatasetExistsError
 
     cohort = tmp_path / "cohort"
     synth_ct(cohort, studies=4, seed=5, size=32)
@@ -37,6 +62,10 @@ def test_prep_dicom_to_s3_matches_the_local_run(spark, tmp_path: Path, s3: S3Buc
     remote = prep_dicom(cohort / "dicom", f"{s3.url}/shards", spark=spark, **args)
     assert (remote.rows, remote.quarantined) == (local.rows, local.quarantined)
     m_local, m_remote = load_manifest(tmp_path / "ds"), load_manifest(f"{s3.url}/shards")
+    a, b = _by_series(f"{s3.url}/shards"), _by_series(str(tmp_path / "ds"))
+    assert a.keys() == b.keys()
+    diff = {(k, f) for k in a for f in a[k] if not _same(a[k][f], b[k].get(f))}
+    assert not diff, sorted(diff)[:5]
     assert _contents(m_remote) == _contents(m_local)
     keys = s3.keys("shards")
     assert "shards/manifest.json" in keys
@@ -52,27 +81,16 @@ def test_prep_dicom_to_s3_matches_the_local_run(spark, tmp_path: Path, s3: S3Buc
     here_name = next(s.path for s in m_local.shards if s.hash == first.hash)
     assert there == list(iter_records(str(tmp_path / "ds" / here_name)))
 
-
-def test_prep_to_s3_refuses_an_existing_dataset_then_overwrites_only_its_own(
-    spark, tmp_path: Path, s3: S3Bucket
-) -> None:
-    from gpuspark import storage
-    from gpuspark.data.prep import prep_dicom
-    from gpuspark.errors import DatasetExistsError
-
-    cohort = tmp_path / "cohort"
-    synth_ct(cohort, studies=2, seed=1, size=32)
-    args = {"labels": cohort / "labels.csv", "shape": (8, 16, 16), "spark": spark}
-    prep_dicom(cohort / "dicom", f"{s3.url}/ds", **args)
-    storage.atomic_write_text(f"{s3.url}/ds/README.md", "mine")  # beside a committed dataset
-    first = set(s3.keys("ds"))
+    # a second write is refused before any Spark job; --overwrite replaces only the dataset's
+    # own objects (an object of the user's beside it stays)
+    storage.atomic_write_text(f"{s3.url}/shards/README.md", "mine")
+    before = set(s3.keys("shards"))
     with pytest.raises(DatasetExistsError, match="already holds a gpuspark dataset"):
-        prep_dicom(cohort / "dicom", f"{s3.url}/ds", **args)
-    assert set(s3.keys("ds")) == first
-    prep_dicom(cohort / "dicom", f"{s3.url}/ds", overwrite=True, **args)
-    after = set(s3.keys("ds"))
-    assert "ds/README.md" in after  # a foreign object is never removed
-    m = load_manifest(f"{s3.url}/ds")
-    assert after == {"ds/manifest.json", "ds/README.md"} | {
-        f"ds/{p}" for s in m.shards for p in (s.path, s.index)
-    } | {f"ds/{f}" for f in m.extra["files"].values()}
+        prep_dicom(cohort / "dicom", f"{s3.url}/shards", spark=spark, **args)
+    assert set(s3.keys("shards")) == before
+    df = spark.createDataFrame([(i, f"row {i}") for i in range(6)], "id long, text string")
+    write_dataframe(df.repartition(2), f"{s3.url}/shards", overwrite=True)
+    m = load_manifest(f"{s3.url}/shards")
+    assert m.total_records == 6 and len(m.shards) == 2
+    owned = {f"shards/{p}" for s in m.shards for p in (s.path, s.index)}
+    assert set(s3.keys("shards")) == owned | {"shards/manifest.json", "shards/README.md"}

@@ -166,26 +166,43 @@ def _no_url_folders(top: Path) -> list[str]:
     return [str(p) for p in top.rglob("*") if p.name.endswith(":")]
 
 
-def test_train_checkpoints_land_in_the_bucket_and_resume_from_it(
-    tabular: str, tmp_path: Path, s3: S3Bucket
-) -> None:
+def _s3_run(tabular: str, tmp_path: Path, s3: S3Bucket) -> tuple[Path, str]:
+    """``train`` reading its shards from the bucket and writing checkpoints there, then a
+    ``--resume`` to a second epoch; returns the working folder and the checkpoint URL."""
+    import fsspec
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs.put(tabular, f"{s3.url.removeprefix('s3://')}/shards", recursive=True)
     work = tmp_path / "work"
     work.mkdir()
     run = f"{s3.url}/ck/run"
-    out = _gpuspark(work, *_train(tabular, run))
+    out = _gpuspark(work, *_train(f"{s3.url}/shards", run))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     keys = s3.keys("ck/run")
     assert "ck/run/best.pt" in keys and "ck/run/history.json" in keys, keys
     assert any(k.startswith("ck/run/step-") and k.endswith(".pt") for k in keys), keys
-    assert _no_url_folders(work) == [] and _no_url_folders(tmp_path) == []
     assert SECRET_KEY not in out.stdout + out.stderr
     first = ck.inspect(run)
     assert first is not None
-    again = _gpuspark(work, *_train(tabular, run, "--epochs", "2", "--resume"))
+    again = _gpuspark(work, *_train(f"{s3.url}/shards", run, "--epochs", "2", "--resume"))
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     resumed = ck.inspect(run)
     assert resumed is not None and resumed.epoch == first.epoch + 1
-    # the same two commands on a local folder: the S3 run's weights are the same, bit for bit
+    assert _no_url_folders(work) == [] and _no_url_folders(tmp_path) == []
+    return work, run
+
+
+def test_train_reads_the_bucket_checkpoints_there_and_resumes_from_it(
+    tabular: str, tmp_path: Path, s3: S3Bucket
+) -> None:
+    _s3_run(tabular, tmp_path, s3)
+
+
+@pytest.mark.slow  # four training runs
+def test_the_bucket_run_has_the_local_runs_weights_bit_for_bit(
+    tabular: str, tmp_path: Path, s3: S3Bucket
+) -> None:
+    work, run = _s3_run(tabular, tmp_path, s3)
     local = tmp_path / "local-ck"
     for extra in ((), ("--epochs", "2", "--resume")):
         same = _gpuspark(work, *_train(tabular, str(local), *extra))
@@ -195,17 +212,6 @@ def test_train_checkpoints_land_in_the_bucket_and_resume_from_it(
     a = ck.load_payload(on_s3)["model"]
     b = ck.load_payload(on_disk)["model"]
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
-
-
-def test_train_reads_its_shards_from_the_bucket(tabular: str, tmp_path: Path, s3: S3Bucket) -> None:
-    import fsspec
-
-    fs = fsspec.filesystem("s3", skip_instance_cache=True)
-    fs.put(tabular, f"{s3.url.removeprefix('s3://')}/shards", recursive=True)
-    out = _gpuspark(tmp_path, *_train(f"{s3.url}/shards", f"{s3.url}/run"))
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    assert "run/best.pt" in s3.keys("run")
-    assert _no_url_folders(tmp_path) == []
 
 
 def test_train_file_url_checkpoints_land_in_that_folder(tabular: str, tmp_path: Path) -> None:

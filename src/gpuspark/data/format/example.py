@@ -158,7 +158,9 @@ def encode_example(sample: Mapping[str, Any]) -> bytes:
                 f"sample key {key!r}: values of type {type(value).__name__} cannot be stored",
                 remedy="use bytes, str, int, float, a list of those, a numpy array or EncodedImage",
             )
-    return example.SerializeToString()
+    # deterministic: a protobuf map is serialized in hash-table order otherwise, so the same
+    # sample would give other bytes (and another shard hash) in another process
+    return example.SerializeToString(deterministic=True)
 
 
 def _feature_values(feature: Any) -> list:
