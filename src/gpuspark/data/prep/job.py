@@ -24,12 +24,14 @@ rest:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspark import storage
 from gpuspark.cluster.session import JobKind, job_session
 from gpuspark.cluster.submit import prepare_job
 from gpuspark.data.prep.common import (
@@ -189,19 +191,29 @@ def run_prep(
     """Run ``body(run, session)`` as prep job ``kind`` reading ``src`` (a :class:`Source`,
     or a path for Spark's own readers) and writing ``dst`` (see the module's docstring);
     ``write.overwrite`` decides whether an existing dataset may be replaced."""
-    root = check_destination(dst, write.overwrite)
-    source = None if isinstance(src, str) else src
-    path = src if isinstance(src, str) else src.root
-    run = PrepRun(kind, path, root, write, where.progress, where.t0, source=source)
+    # the team first: a destination in another team's root is refused without touching it
+    # (for a URL, before the write probe that needs the store's credentials)
     job = prepare_job(
         JobKind.DATA,
         spec=where.spec,
         master=where.master,
         team=where.team,
         app_name=f"gpuspark-prep-{kind}",
-        writes=[root],
+        writes=[_absolute(dst)],
     )
+    root = check_destination(dst, write.overwrite)
+    source = None if isinstance(src, str) else src
+    path = src if isinstance(src, str) else src.root
+    run = PrepRun(kind, path, root, write, where.progress, where.t0, source=source)
     announce(where.progress)  # starting a session (and a cluster) takes seconds: say so
     args = job.session_args()
     with job.discard_on_error(), job_session(spark=where.spark, dataframe_only=True, **args) as s:
         return body(run, s)
+
+
+def _absolute(dst: Any) -> str:
+    """The destination as the team check compares it: a URL as given, a local path absolute."""
+    text = os.fspath(dst)
+    if storage.is_url(text):
+        return text
+    return os.path.abspath(os.path.expanduser(storage.local_path(text)))
