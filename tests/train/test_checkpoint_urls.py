@@ -176,7 +176,8 @@ def _s3_run(tabular: str, tmp_path: Path, s3: S3Bucket) -> tuple[Path, str]:
     work = tmp_path / "work"
     work.mkdir()
     run = f"{s3.url}/ck/run"
-    out = _gpuspark(work, *_train(f"{s3.url}/shards", run))
+    tracked = ("--mlflow", f"sqlite:///{work / 'mlflow.db'}")
+    out = _gpuspark(work, *_train(f"{s3.url}/shards", run, *tracked))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     keys = s3.keys("ck/run")
     assert "ck/run/best.pt" in keys and "ck/run/history.json" in keys, keys
@@ -189,6 +190,12 @@ def _s3_run(tabular: str, tmp_path: Path, s3: S3Bucket) -> tuple[Path, str]:
     resumed = ck.inspect(run)
     assert resumed is not None and resumed.epoch == first.epoch + 1
     assert _no_url_folders(work) == [] and _no_url_folders(tmp_path) == []
+    # the planted secret is in no output, log, MLflow record (params, artifacts) or file
+    assert SECRET_KEY not in again.stdout + again.stderr
+    leaks = [
+        p for p in tmp_path.rglob("*") if p.is_file() and SECRET_KEY.encode() in p.read_bytes()
+    ]
+    assert leaks == [] and (work / "mlflow.db").is_file()
     return work, run
 
 
