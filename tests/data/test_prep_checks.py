@@ -230,3 +230,35 @@ def test_cli_bad_text_is_a_usage_error(
     err = capsys.readouterr().err
     assert option in err and "Traceback" not in err
     assert calls == []
+
+
+def test_links_to_folders_that_read_files_twice_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ln -s .. img/cat/loop`` made 12 images 732 records, ids nested ~40 levels deep, dog
+    images labelled cat and copies in train and val. Loops and second ways into a folder of
+    the tree are refused in one line naming every link; links to files, and to folders outside
+    the tree, are fine."""
+    monkeypatch.chdir(tmp_path)
+    for label in ("cat", "dog"):
+        (tmp_path / "img" / label).mkdir(parents=True)
+        for i in range(6):
+            (tmp_path / "img" / label / f"{i}.jpg").write_bytes(b"x")
+    os.symlink("..", tmp_path / "img" / "cat" / "loop")
+    os.symlink("../dog", tmp_path / "img" / "cat" / "dogs")
+    assert main(["prep", "images", "img", "out"]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert err == [
+        "error: source img has 2 links to folders that would read files more than once: "
+        "cat/dogs -> ../dog (the tree already holds it as dog); cat/loop -> .. (leads back "
+        "to img) (remove those links (a link to a file is fine), or pass a source without them)"
+    ]
+    assert not (tmp_path / "out").exists()
+    for link in ("loop", "dogs"):
+        os.unlink(tmp_path / "img" / "cat" / link)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "7.jpg").write_bytes(b"x")
+    os.symlink("../../elsewhere", tmp_path / "img" / "dog" / "more")  # outside: read once
+    os.symlink("0.jpg", tmp_path / "img" / "cat" / "zero.jpg")  # a link to a file: fine
+    with pytest.raises(_Started):
+        prep_images(tmp_path / "img", tmp_path / "out")

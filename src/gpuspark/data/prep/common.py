@@ -113,7 +113,53 @@ def check_source(src: str | os.PathLike[str]) -> str:
             f"source {text} holds no files (it and its subfolders are empty)",
             remedy="pass the folder that holds the input files",
         )
+    links = folder_link_problems(p, text)
+    if links:
+        raise PrepError(
+            f"source {text} has {len(links)} link{'s' if len(links) > 1 else ''} to folders "
+            f"that would read files more than once: {'; '.join(links)}",
+            remedy="remove those links (a link to a file is fine), or pass a source without them",
+        )
     return str(p.resolve())
+
+
+def folder_link_problems(root: Path, shown: str | None = None) -> list[str]:
+    """The symbolic links to folders below ``root`` that would make a recursive listing read
+    files more than once (Spark's follows links): a link to one of its own parent folders (a
+    loop: endless) or to a folder the tree already holds. Each as ``link -> target (why)``,
+    paths relative to ``root`` (shown as ``shown``). Links to folders outside the tree are
+    walked like the tree; links to files are fine (each is read once, under its own path)."""
+    seen: dict[tuple[int, int], str] = {}
+    links: list[str] = []
+
+    def rel(path: str) -> str:
+        text = os.path.relpath(path, root)
+        return (shown or str(root)) if text == "." else text
+
+    def walk(top: str) -> None:  # the real folders below top (links not followed)
+        for here, dirs, _files in os.walk(top):
+            st = os.stat(here)
+            seen.setdefault((st.st_dev, st.st_ino), rel(here))
+            links.extend(
+                os.path.join(here, d) for d in sorted(dirs) if os.path.islink(os.path.join(here, d))
+            )
+
+    walk(str(root))
+    found = []
+    for link in links:  # grows while links to outside folders are walked
+        try:
+            st = os.stat(link)
+            target = os.readlink(link)
+        except OSError:  # a broken link: no folder, nothing read twice
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key not in seen:
+            walk(link)
+            continue
+        real, home = Path(os.path.realpath(link)), Path(os.path.realpath(os.path.dirname(link)))
+        why = "leads back to" if home.is_relative_to(real) else "the tree already holds it as"
+        found.append(f"{rel(link)} -> {target} ({why} {seen[key]})")
+    return found
 
 
 def _holds_a_file(root: Path) -> bool:
