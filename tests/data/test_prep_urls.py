@@ -55,7 +55,7 @@ def test_prep_dicom_to_s3_matches_the_local_run(spark, tmp_path: Path, s3: S3Buc
     from gpuspark.errors import DatasetExistsError
 
     cohort = tmp_path / "cohort"
-    synth_ct(cohort, studies=4, seed=5, size=32)
+    synth_ct(cohort, studies=2, seed=5, size=32)
     (cohort / "dicom" / "notes.txt").write_text("not a DICOM file")  # one quarantined input
     args = {"labels": cohort / "labels.csv", "shape": (8, 16, 16), "world_size": 2}
     local = prep_dicom(cohort / "dicom", tmp_path / "ds", spark=spark, **args)

@@ -167,8 +167,8 @@ def _no_url_folders(top: Path) -> list[str]:
 
 
 def _s3_run(tabular: str, tmp_path: Path, s3: S3Bucket) -> tuple[Path, str]:
-    """``train`` reading its shards from the bucket and writing checkpoints there, then a
-    ``--resume`` to a second epoch; returns the working folder and the checkpoint URL."""
+    """``train --mlflow`` reading its shards from the bucket and writing checkpoints there;
+    returns the working folder and the checkpoint URL."""
     import fsspec
 
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
@@ -183,15 +183,8 @@ def _s3_run(tabular: str, tmp_path: Path, s3: S3Bucket) -> tuple[Path, str]:
     assert "ck/run/best.pt" in keys and "ck/run/history.json" in keys, keys
     assert any(k.startswith("ck/run/step-") and k.endswith(".pt") for k in keys), keys
     assert SECRET_KEY not in out.stdout + out.stderr
-    first = ck.inspect(run)
-    assert first is not None
-    again = _gpuspark(work, *_train(f"{s3.url}/shards", run, "--epochs", "2", "--resume"))
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
-    resumed = ck.inspect(run)
-    assert resumed is not None and resumed.epoch == first.epoch + 1
     assert _no_url_folders(work) == [] and _no_url_folders(tmp_path) == []
     # the planted secret is in no output, log, MLflow record (params, artifacts) or file
-    assert SECRET_KEY not in again.stdout + again.stderr
     leaks = [
         p for p in tmp_path.rglob("*") if p.is_file() and SECRET_KEY.encode() in p.read_bytes()
     ]
@@ -199,17 +192,29 @@ def _s3_run(tabular: str, tmp_path: Path, s3: S3Bucket) -> tuple[Path, str]:
     return work, run
 
 
-def test_train_reads_the_bucket_checkpoints_there_and_resumes_from_it(
+def _resume(work: Path, data: str, run: str) -> None:
+    """``--resume`` to a second epoch from the newest checkpoint in ``run``."""
+    first = ck.inspect(run)
+    assert first is not None
+    again = _gpuspark(work, *_train(data, run, "--epochs", "2", "--resume"))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert SECRET_KEY not in again.stdout + again.stderr
+    resumed = ck.inspect(run)
+    assert resumed is not None and resumed.epoch == first.epoch + 1
+
+
+def test_train_reads_the_bucket_and_checkpoints_there(
     tabular: str, tmp_path: Path, s3: S3Bucket
 ) -> None:
-    _s3_run(tabular, tmp_path, s3)
+    _s3_run(tabular, tmp_path, s3)  # a resume from the bucket: ck.load in the tests above
 
 
 @pytest.mark.slow  # four training runs
-def test_the_bucket_run_has_the_local_runs_weights_bit_for_bit(
+def test_a_resume_from_the_bucket_has_the_local_runs_weights_bit_for_bit(
     tabular: str, tmp_path: Path, s3: S3Bucket
 ) -> None:
     work, run = _s3_run(tabular, tmp_path, s3)
+    _resume(work, f"{s3.url}/shards", run)
     local = tmp_path / "local-ck"
     for extra in ((), ("--epochs", "2", "--resume")):
         same = _gpuspark(work, *_train(tabular, str(local), *extra))
