@@ -32,6 +32,7 @@ __all__ = [
     "filesystem",
     "folder_files",
     "foreign_files",
+    "fresh_filesystem",
     "holds_cwd",
     "is_url",
     "is_within",
@@ -141,7 +142,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     return fs, path
 
 
-def _fresh(url: str) -> tuple[Any, str]:
+def fresh_filesystem(url: str) -> tuple[Any, str]:
     """:func:`filesystem` with the cached listings of the path and its parents dropped: fsspec
     caches listings per process, and other processes (ranks, tasks) write the same prefixes,
     so a stale listing would hide their objects."""
@@ -154,7 +155,7 @@ def exists(path: PathLike) -> bool:
     """Whether a local path or URL exists (file or directory)."""
     text = os.fspath(path)
     if is_url(text):
-        fs, inner = _fresh(text)
+        fs, inner = fresh_filesystem(text)
         return bool(fs.exists(inner))
     return os.path.exists(local_path(text))
 
@@ -163,7 +164,7 @@ def file_size(path: PathLike) -> int:
     """Size in bytes of a local file or of the object at a URL."""
     text = os.fspath(path)
     if is_url(text):
-        fs, inner = _fresh(text)
+        fs, inner = fresh_filesystem(text)
         return int(fs.size(inner))
     return os.path.getsize(local_path(text))
 
@@ -172,7 +173,7 @@ def open_file(path: PathLike, mode: str = "rb") -> IO[Any]:
     """Open a local path (``open``) or a URL (``fsspec.open``); use it as a context manager."""
     text = os.fspath(path)
     if is_url(text):
-        fs, inner = _fresh(text)
+        fs, inner = fresh_filesystem(text)
         handle: IO[Any] = fs.open(inner, mode)
         return handle
     return open(local_path(text), mode)
@@ -184,7 +185,7 @@ def list_dir(path: PathLike) -> list[str]:
     if not is_url(text):
         local = local_path(text)
         return sorted(os.path.join(local, name) for name in os.listdir(local))
-    fs, inner = _fresh(text)
+    fs, inner = fresh_filesystem(text)
     names = [n for n in fs.ls(inner, detail=False) if n.rstrip("/") != inner.rstrip("/")]
     return sorted(fs.unstrip_protocol(n) for n in names)
 

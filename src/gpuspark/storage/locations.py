@@ -18,15 +18,13 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from gpuspark.storage.files import filesystem, is_url, join, local_path
+from gpuspark.storage.files import filesystem, fresh_filesystem, is_url, local_path
 
 __all__ = [
     "Location",
     "RemotePath",
     "as_path",
-    "child",
     "is_dir",
     "is_file",
     "local_copy",
@@ -41,7 +39,7 @@ __all__ = [
 
 class RemotePath:
     """The URL of an object or of a prefix, named like a :class:`~pathlib.PurePath`
-    (``.name``, ``.parent``, ``.suffix``, ``/``, ``with_name``); ``str()`` gives the URL.
+    (``.name``, ``.parent``, ``.suffix``, ``/``); ``str()`` gives the URL.
 
     It does no I/O: pass it to this module's functions."""
 
@@ -72,10 +70,6 @@ class RemotePath:
 
     def __truediv__(self, name: str) -> RemotePath:
         return RemotePath(f"{self.url}/{name.strip('/')}")
-
-    def with_name(self, name: str) -> RemotePath:
-        """The same URL with its last part replaced by ``name``."""
-        return self.parent / name
 
     def __str__(self) -> str:
         return self.url
@@ -108,18 +102,11 @@ def text_of(location: str | os.PathLike[str] | RemotePath) -> str:
     return str(location) if isinstance(location, RemotePath) else os.fspath(location)
 
 
-def _fresh(location: RemotePath) -> tuple[Any, str]:
-    """The file system of a URL and its path inside it, with its cached listings dropped."""
-    fs, inner = filesystem(str(location))
-    fs.invalidate_cache(inner)
-    return fs, inner
-
-
 def is_dir(location: Location) -> bool:
     """Whether a local folder exists, or a URL names a folder (a prefix with objects below)."""
     if isinstance(location, Path):
         return location.is_dir()
-    fs, inner = _fresh(location)
+    fs, inner = fresh_filesystem(str(location))
     return bool(fs.isdir(inner))
 
 
@@ -127,7 +114,7 @@ def is_file(location: Location) -> bool:
     """Whether a local file, or an object at a URL, exists."""
     if isinstance(location, Path):
         return location.is_file()
-    fs, inner = _fresh(location)
+    fs, inner = fresh_filesystem(str(location))
     return bool(fs.isfile(inner))
 
 
@@ -136,7 +123,7 @@ def names(location: Location) -> list[str]:
     does not exist."""
     if isinstance(location, Path):
         return sorted(os.listdir(location)) if location.is_dir() else []
-    fs, inner = _fresh(location)
+    fs, inner = fresh_filesystem(str(location))
     try:
         found = fs.ls(inner, detail=False)
     except FileNotFoundError:
@@ -181,16 +168,11 @@ def remove(location: Location) -> None:
         else:
             location.unlink(missing_ok=True)
         return
-    fs, inner = _fresh(location)
+    fs, inner = fresh_filesystem(str(location))
     try:
         fs.rm(inner, recursive=True)
     except FileNotFoundError:
         pass
-
-
-def child(location: Location, name: str) -> Location:
-    """``location / name`` for either kind (a plain join)."""
-    return as_path(join(text_of(location), name))
 
 
 @contextlib.contextmanager

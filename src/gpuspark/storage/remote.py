@@ -35,10 +35,9 @@ __all__ = [
     "scheme",
 ]
 
+_S3 = ("s3", "s3a", "s3n")
+"""The schemes of S3 (Hadoop's spellings too), all served by s3fs (the ``[s3]`` extra)."""
 _INSTALL = {
-    "s3": ("s3fs", "pip install 'gpuspark[s3]'"),
-    "s3a": ("s3fs", "pip install 'gpuspark[s3]'"),
-    "s3n": ("s3fs", "pip install 'gpuspark[s3]'"),
     "gs": ("gcsfs", "pip install gcsfs"),
     "gcs": ("gcsfs", "pip install gcsfs"),
     "abfs": ("adlfs", "pip install adlfs"),
@@ -47,7 +46,7 @@ _INSTALL = {
     "hdfs": ("pyarrow", "install a Hadoop client with libhdfs (pyarrow's HadoopFileSystem)"),
     "alluxio": ("alluxiofs", "pip install alluxiofs"),
 }
-"""The client library of each scheme, and how to install it."""
+"""The client library of each other scheme, and how to install it."""
 
 CREDENTIAL_VARIABLES = (
     "AWS_ACCESS_KEY_ID",
@@ -88,7 +87,7 @@ def check_filesystem(url: str, what: str) -> None:
     import fsspec
 
     name = scheme(url)
-    if name in ("s3", "s3a", "s3n"):
+    if name in _S3:
         require("s3fs", "s3", f"{what} {url}")
         return
     try:
@@ -131,7 +130,7 @@ half a minute, not minutes of the SDK's default retries."""
 
 def _probe_filesystem(url: str) -> tuple[Any, str]:
     """The file system of the probe: S3 with a short deadline, others as configured."""
-    if scheme(url) in ("s3", "s3a", "s3n"):
+    if scheme(url) in _S3:
         import fsspec
 
         fs = fsspec.filesystem("s3", skip_instance_cache=True, config_kwargs=_PROBE_DEADLINE)

@@ -43,8 +43,11 @@ def _run_dirs(cfg: RecipeConfig) -> list[tuple[str, str]]:
     seen: set[str] = set()
     found = []
     for directory, what in dirs:
-        if directory and storage.location(directory) not in seen:
-            seen.add(storage.location(directory))
+        if not directory:
+            continue
+        where = storage.location(directory)
+        if where not in seen:
+            seen.add(where)
             found.append((directory, what))
     return found
 
