@@ -8,8 +8,9 @@ predictions equal the registered ``best.pt``'s network run in this process on th
 own encoded rows; ``runs:/RUN_ID/model`` names the same checkpoint; the ``python_function``
 flavour scores a pandas DataFrame through ``gpuspark.infer``.
 
-Without Spark: a model URI that is not a gpuspark model, one that is not in the store, and
-no ``mlflow`` installed are each one line."""
+Without Spark: a model URI that is not a gpuspark model, one that is not in the store, a
+store that does not exist (nothing is created), a tracking server that is not there, and no
+``mlflow`` installed are each one line."""
 
 from __future__ import annotations
 
@@ -239,10 +240,59 @@ def test_an_unknown_model_uri_is_one_line_before_any_spark_job(
     from gpuspark.infer import predict
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    (tmp_path / "mlruns").mkdir()  # a store without that model (a missing store: below)
     with pytest.raises(CheckpointError, match=r"model models:/nope/1 cannot be found in MLflow"):
         predict(tmp_path / "t.parquet", "models:/nope/1", tmp_path / "out",
                 mlflow=str(tmp_path / "mlruns"))  # fmt: skip
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "store"), [(None, "{cwd}/mlruns"), ("sqlite:///m.db", "sqlite:///{cwd}/m.db")]
+)
+def test_predict_from_a_store_that_does_not_exist_creates_nothing(
+    given: str | None,
+    store: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Hardening issue, case 15: ``predict --model models:/x/1`` with no store left an empty
+    ``./mlruns`` (MLflow's file store creates its folder) in the working directory."""
+    from gpuspark.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    argv = ["predict", "t.parquet", "--model", "models:/x/1", "-o", "out"]
+    assert main(argv + (["--mlflow", given] if given else [])) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [
+        f"error: model models:/x/1 cannot be found: MLflow store {store.format(cwd=tmp_path)} "
+        "does not exist (pass --mlflow URI or set MLFLOW_TRACKING_URI: the store "
+        "`train --mlflow` used)"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(60)  # before the fix MLflow's client retried for minutes
+def test_predict_from_a_server_that_is_not_there_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from gpuspark.cli.main import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed when the block ends
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    assert main(["predict", "t.parquet", "--model", "models:/x/1", "-o", "out"]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(
+        f"error: MLflow tracking server {url} is not reachable: connection refused"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_model_uri_without_mlflow_names_the_extra(

@@ -3,8 +3,10 @@
 :class:`Tracking` says where a run is tracked: a tracking URI (a local folder, i.e. MLflow's
 file store, ``sqlite:///...`` or ``http(s)://...``), the experiment and the registered
 model's name. It is plain data, sent to the ranks. :func:`prepare` checks it on the driver
-before any rank starts (MLflow installed, the store usable) and makes local paths absolute
-(ranks start in other working directories).
+before any rank starts (MLflow installed, a tracking server answering within seconds, the
+store usable) and makes local paths absolute (ranks start in other working directories).
+MLflow's HTTP client is bounded wherever it is used (:mod:`gpuspark.train.mlflow_store`): a
+server that is gone costs seconds, not minutes of retries.
 
 Rank 0, and only rank 0, opens a :class:`TrackedRun` (:func:`start`): it logs the run's
 parameters, one set of metrics per epoch (:meth:`TrackedRun.log_epoch`, the numbers of the
@@ -40,6 +42,7 @@ from gpuspark._util.extras import require
 from gpuspark.errors import GpusparkError
 from gpuspark.train.checkpoint_dir import latest
 from gpuspark.train.mlflow_record import RUN_FILE, earlier_run, record_run, recorded_run, resumes
+from gpuspark.train.mlflow_store import bound_http_client, check_server
 
 __all__ = [
     "DEFAULT_STORE",
@@ -73,6 +76,9 @@ MODEL_ARTIFACT = "model"
 """The logged model's name in its run (``runs:/RUN_ID/model``)."""
 _FILE_STORE_OPT_IN = "MLFLOW_ALLOW_FILE_STORE"
 _NAMED_STORES = ("databricks", "databricks-uc", "uc", "sqlite")
+_SERVER_REMEDY = (
+    "start it (`mlflow server`), pass the --mlflow URI of one that runs, or drop --mlflow"
+)
 FIT_PARAMS = ("epochs", "accum_steps", "checkpoint_every", "scheduler_interval", "model_config")
 """The ``FitConfig`` fields a run of :func:`gpuspark.train.fit` logs as parameters."""
 
@@ -121,10 +127,12 @@ def import_mlflow(purpose: str = "MLflow tracking") -> Any:
 
 
 def use_store(uri: str, purpose: str = "MLflow tracking") -> Any:
-    """``mlflow`` with ``uri`` as its tracking and registry URI. MLflow 3 refuses its file
+    """``mlflow`` with ``uri`` as its tracking and registry URI, its HTTP client bounded
+    (:func:`~gpuspark.train.mlflow_store.bound_http_client`). MLflow 3 refuses its file
     store unless ``MLFLOW_ALLOW_FILE_STORE`` is set: a folder given as ``--mlflow`` is that
     explicit choice, so it is set here (this process and the ranks it starts)."""
     mlflow = import_mlflow(purpose)
+    bound_http_client()
     if is_file_store(uri):
         os.environ.setdefault(_FILE_STORE_OPT_IN, "true")
     mlflow.set_tracking_uri(uri)
@@ -134,8 +142,10 @@ def use_store(uri: str, purpose: str = "MLflow tracking") -> Any:
 
 def prepare(tracking: Tracking | str | None, *, model_name: str, **params: Any) -> Tracking:
     """``tracking`` checked on the driver before any rank starts: MLflow installed, the URI
-    absolute (:func:`tracking_uri`), the store reachable (its experiment found or created),
-    the model name defaulted to ``model_name``, ``params`` added. A string is a URI."""
+    absolute (:func:`tracking_uri`), a tracking server answering within a few seconds
+    (:func:`~gpuspark.train.mlflow_store.check_server`), the store usable (its experiment
+    found or created), the model name defaulted to ``model_name``, ``params`` added. A
+    string is a URI."""
     if not isinstance(tracking, Tracking):
         tracking = Tracking(uri=tracking)
     tracking = replace(
@@ -144,6 +154,7 @@ def prepare(tracking: Tracking | str | None, *, model_name: str, **params: Any) 
         model_name=tracking.model_name or model_name,
         params={**tracking.params, **{k: v for k, v in params.items() if v is not None}},
     )
+    check_server(str(tracking.uri), remedy=_SERVER_REMEDY)
     mlflow = use_store(str(tracking.uri), "train --mlflow")
     try:
         mlflow.set_experiment(tracking.experiment)
@@ -334,9 +345,12 @@ def start(
     (status ``RUNNING`` again) instead: its metrics go on at the steps the resumed epochs
     log, new parameters are added and changed ones noted (:meth:`TrackedRun.log_resumed_params`).
     Nothing recorded, another store, or a run the store no longer has: a new run (said in
-    the log)."""
+    the log). A tracking server that does not answer within seconds is a one-line error
+    (:func:`~gpuspark.train.mlflow_store.check_server`; the driver checked it too, but rank 0
+    may run on another host)."""
     uri = tracking_uri(tracking.uri)
     tracking = replace(tracking, uri=uri)
+    check_server(uri, remedy="start it (`mlflow server`) where rank 0 reaches it, or drop tracking")
     mlflow = use_store(uri)
     experiment = mlflow.set_experiment(tracking.experiment)
     client = mlflow.MlflowClient()
