@@ -1,6 +1,6 @@
 """Option values without meaning are refused with one line before anything is computed
-(issue: hardening, cases 8 and 11): ``gpuspark plan`` and ``gpuspark plan calibrate`` as a
-user types them, in process."""
+(issue: hardening, cases 8, 11 and 12): ``gpuspark plan`` and ``gpuspark plan calibrate`` as
+a user types them, in process."""
 
 from __future__ import annotations
 
@@ -217,6 +217,62 @@ def test_a_calibration_file_with_figures_out_of_range_is_refused(
 
 
 @pytest.mark.parametrize(
+    ("doc", "text"),
+    [
+        # A section's own fields of the wrong type: once a traceback (hook_s) or Python's own
+        # words ("argument after ** must be a mapping", "'int' object is not iterable").
+        ({"compute": _probe(hook_s="fast")}, "compute.hook_s must be an object, got a string"),
+        ({"compute": _probe(shapes=[3])}, "compute.shapes[0] must be a list, got a whole"),
+        ({"compute": _probe(input_shape=64)}, "compute.input_shape must be a list, got a whole"),
+        ({"compute": _probe(threads="2")}, "compute.threads must be a whole number, got a str"),
+        ({"compute": _probe(recipe=3)}, "compute.recipe must be a string, got a whole number"),
+        ({"allreduce": {"world": 2, "backend": "gloo", "rows": ["1k"]}},
+         "allreduce.rows[0] must be an object, got a string"),
+        ({"allreduce": {"world": "two", "backend": "gloo", "rows": [_ROW]}},
+         "allreduce.world must be a whole number, got a string"),
+        ({"allreduce": {"world": 2, "rows": [_ROW]}}, "allreduce.backend is missing"),
+        ({"allreduce": {"world": 2, "backend": "gloo", "rows": [{**_ROW, "gbps": 1}]}},
+         "unknown field 'gbps' in allreduce.rows[0] (allreduce.rows[0] has bytes, time_s,"),
+        ({"decode": {"jpeg": "fast"}}, "decode.jpeg must be a number, got a string"),
+        ({"decode": {"jpeg": True}}, "decode.jpeg must be a number, got true/false"),
+    ],
+)  # fmt: skip
+def test_a_calibration_field_of_the_wrong_type_is_named(
+    doc: dict[str, Any],
+    text: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_work: None,
+) -> None:
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps(doc))
+    refused([*MODEL, "--calibration", str(cal)], capsys, f"calibration file {cal} ", text)
+
+
+def test_a_calibration_as_written_is_read_back(tmp_path: Path) -> None:
+    """Every field the layout checks is one :func:`save_calibration` writes, and back."""
+    from dataclasses import fields
+
+    from gpuspark.plan import (
+        AllreduceRow,
+        AllreduceSweep,
+        Calibration,
+        ComputeProbe,
+        load_calibration,
+        save_calibration,
+    )
+
+    probe = _probe()
+    probe["input_shape"] = tuple(probe["input_shape"])
+    probe["shapes"] = tuple(tuple(s) for s in probe["shapes"])
+    rows = (AllreduceRow(**_ROW),)
+    cal = Calibration(AllreduceSweep(2, "gloo", rows), ComputeProbe(**probe), {"jpeg": 230.0})
+    cal.machine = {"cpu_count": 2, "cuda": None}
+    assert load_calibration(save_calibration(cal, tmp_path / "cal.json")) == cal
+    assert {f.name for f in fields(ComputeProbe)} == set(_probe()) | {"device"}
+
+
+@pytest.mark.parametrize(
     ("kind", "text"),
     [
         ("list", "a JSON list, not an object"),
@@ -234,6 +290,71 @@ def test_a_calibration_that_is_no_calibration_file_is_one_line(
     path = {"list": tmp_path / "list.json", "decode-list": tmp_path / "decode-list.json",
             "dir": tmp_path, "below-a-file": tmp_path / "plain.txt" / "c.json"}[kind]  # fmt: skip
     refused([*MODEL, "--calibration", str(path)], capsys, f"calibration file {path}", text)
+
+
+# ------------------------------------------------------------- plan without --spec (case 12)
+
+
+@pytest.fixture
+def built_in_spec(monkeypatch: pytest.MonkeyPatch, no_work: None) -> None:
+    """No --spec and no GPUSPARK_SPEC: the built-in spec (the embedded cluster)."""
+    monkeypatch.delenv("GPUSPARK_SPEC", raising=False)
+
+
+def test_plan_without_a_spec_says_exactly_what_to_pass(
+    capsys: pytest.CaptureFixture[str], built_in_spec: None
+) -> None:
+    """It said "GPU model 'any' is not in the planner's table", a value the user never wrote."""
+    from gpuspark.plan import GPUS
+    from gpuspark.plan.checks import BUILT_IN_SPEC
+    from gpuspark.spec import default_spec
+
+    spec = default_spec()
+    assert (spec.name, spec.nodes[0].gpu_model) == BUILT_IN_SPEC
+    err = refused(
+        ["plan", "--model", "resnet50", "--global-batch", "64"],
+        capsys,
+        "the built-in spec (no --spec given) has none",
+        "pass --spec FILE whose gpu_model is one of ",
+        "`gpuspark init cluster.toml` writes one",
+        "or --calibration FILE written by `gpuspark plan calibrate`",
+    )
+    assert all(g.name in err for g in GPUS)
+
+
+def test_plan_without_a_spec_names_an_unknown_model_first(
+    capsys: pytest.CaptureFixture[str], built_in_spec: None
+) -> None:
+    """The unknown --model is named, with the known ones, not the spec's GPU model."""
+    err = refused(
+        ["plan", "--model", "resnt50", "--global-batch", "64"],
+        capsys,
+        "--model 'resnt50' is unknown (did you mean 'resnet50'?)",
+        "resnet50, bert-large, resnet3d, resnet2d",
+    )
+    assert "GPU" not in err
+
+
+def test_plan_without_arguments_names_both_missing(
+    capsys: pytest.CaptureFixture[str], built_in_spec: None
+) -> None:
+    refused(["plan"], capsys, "plan needs --global-batch N and a model: --model NAME, or")
+    refused(["plan", "--global-batch", "64"], capsys, "no model to plan")
+    assert "missing" not in refused(["plan", "--global-batch", "64"], capsys)
+
+
+def test_a_spec_gpu_the_planner_lacks_is_named_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_work: None
+) -> None:
+    spec = tmp_path / "v100.toml"
+    spec.write_text(Path(EXAMPLE).read_text().replace('"A100-SXM4-80GB"', '"V100-SXM2-32GB"'))
+    refused(
+        ["plan", "--spec", str(spec), "--model", "resnet50", "--global-batch", "64"],
+        capsys,
+        "GPU model 'V100-SXM2-32GB' of spec 'dgx-a100' is not in the planner's table",
+        "set gpu_model to one of A100-SXM4-40GB, ",
+        "--calibration FILE",
+    )
 
 
 def test_calibrate_names_a_bad_spec_before_its_default_out(

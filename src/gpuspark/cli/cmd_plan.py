@@ -96,10 +96,11 @@ def _check_model(model: str | None, params: int | None, flops: float | None) -> 
             remedy=f"give --model NAME, or --params and --flops-per-sample (drop {given})",
         )
     if model is None and (params is None or flops is None):
-        missing = "--params" if params is None else "--flops-per-sample"
+        half = params is not None or flops is not None
+        missing = f" ({'--params' if params is None else '--flops-per-sample'} is missing)"
         raise PlanError(
-            f"no model to plan: give --model NAME, or --params and --flops-per-sample "
-            f"({missing} is missing)",
+            "no model to plan: give --model NAME, or --params and --flops-per-sample"
+            f"{missing if half else ''}",
             remedy="known models: " + ", ".join(workload_names()),
         )
 
@@ -204,7 +205,14 @@ def plan(
     from gpuspark.spec import resolve_spec
 
     if global_batch is None:
-        raise PlanError("--global-batch is required", remedy="e.g. --global-batch 2048")
+        named = model is not None or params is not None or flops is not None
+        raise PlanError(
+            "--global-batch is required"
+            if named
+            else "plan needs --global-batch N and a model: --model NAME, or --params and "
+            "--flops-per-sample",
+            remedy="e.g. gpuspark plan --spec cluster.toml --model resnet50 --global-batch 2048",
+        )
     _check_model(model, params, flops)
     counts = parse_sweep(sweep_text) if sweep_text is not None else None
     if plot is not None and counts is None:
@@ -218,12 +226,13 @@ def plan(
         "epochs": epochs, "samples": samples, "decode_per_core": decode,
     }  # fmt: skip
     check_values(params=params, flops_per_sample=flops, **values)
-    spec_obj = resolve_spec(spec)
     cal = load_calibration(calibration) if calibration is not None else None
+    work = _workload(model, params, flops, cal)  # an unknown --model first: the user's typo
+    spec_obj = resolve_spec(spec)
     check_cluster(spec_obj, cal, global_batch, nodes, gpus, efficiency)
     if counts is not None:
         check_sweep(counts, spec_obj.nodes[0].gpus_per_node)
-    req = PlanRequest(workload=_workload(model, params, flops, cal), **values)
+    req = PlanRequest(workload=work, **values)
     check_request(req, spec_obj, cal)  # what the workload serves, before a plan is computed
     _show(spec_obj, req, cal, counts, plot, json_out)
 

@@ -214,32 +214,101 @@ def load_calibration(path: str | Path) -> Calibration:
     return cal
 
 
-_SECTIONS = {"allreduce": dict, "compute": dict, "decode": dict, "machine": dict}
-"""The top-level fields of a calibration file and the JSON type of each."""
-_JSON_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "true/false"}
+_ROW: dict[str, Any] = {"bytes": int, "time_s": float, "algbw": float, "busbw": float}
+_LAYOUT: dict[str, Any] = {
+    "allreduce": {"world": int, "backend": str, "rows": [_ROW]},
+    "compute": {
+        "recipe": str,
+        "options": dict,
+        "input_shape": [int],
+        "batch": int,
+        "ranks": int,
+        "threads": int,
+        "sample_s": float,
+        "backward_share": float,
+        "optimizer_s": float,
+        "flops_per_sample": float,
+        "shapes": [[int]],
+        "device": str,
+        "straggler_s": float,
+        "hook_s": {str: float},
+    },
+    "decode": {str: float},
+    "machine": dict,
+}
+"""What a calibration file holds, as :func:`save_calibration` writes it: per field its JSON
+type (``int`` a whole number, ``float`` any number, ``str`` text, ``dict`` any object,
+``[T]`` a list of ``T``, ``{str: T}`` an object of ``T`` by any name, a dict of names an
+object of those fields). Every top-level section may be left out."""
+_OPTIONAL = frozenset({"compute.device", "compute.straggler_s", "compute.hook_s"})
+"""Fields a calibration of an earlier version lacks (:class:`ComputeProbe` defaults them)."""
+_JSON_NAMES: dict[type, str] = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    bool: "true/false",
+    int: "a whole number",
+    float: "a number",
+}
 
 
 def _check_shape(data: Any) -> None:
-    """A calibration file is an object of known sections, each of its own type (a
-    ``TypeError``/``KeyError`` naming the first that is not; turned into one line)."""
+    """A calibration file is an object of known sections, every field of its own JSON type
+    (a ``TypeError``/``KeyError`` naming the first that is not, by its path such as
+    ``allreduce.rows[0].bytes``; turned into one line)."""
     if not isinstance(data, dict):
         raise TypeError(f"a JSON {type(data).__name__}, not an object")
-    unknown = sorted(set(data) - set(_SECTIONS))
+    present = {k: v for k, v in data.items() if v is not None or k not in _LAYOUT}
+    _check_fields(present, _LAYOUT, "", optional=set(_LAYOUT))
+
+
+def _check_fields(value: dict[str, Any], layout: dict[str, Any], where: str, optional: Any) -> None:
+    """The fields of the object ``value`` at ``where`` against ``layout``."""
+    unknown = sorted(set(value) - set(layout))
     if unknown:
+        owner = f"{where} has" if where else "a calibration has"
         raise KeyError(
-            f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-            f"(a calibration has {', '.join(_SECTIONS)})"
+            f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+            f"{f' in {where}' if where else ''} ({owner} {', '.join(layout)})"
         )
-    for name, kind in _SECTIONS.items():
-        value = data.get(name)
-        if value is not None and not isinstance(value, kind):
-            raise TypeError(f"{name} must be {_JSON_NAMES[kind]}, got {_json_name(value)}")
+    for name, kind in layout.items():
+        path = f"{where}.{name}" if where else name
+        if name in value:
+            _check_value(value[name], kind, path)
+        elif name not in optional and path not in _OPTIONAL:
+            raise KeyError(f"{path} is missing")
+
+
+def _check_value(value: Any, kind: Any, where: str) -> None:
+    """``value`` at ``where`` is of the JSON type ``kind`` (see :data:`_LAYOUT`)."""
+    if isinstance(kind, list):
+        _expect(value, list, where)
+        for i, item in enumerate(value):
+            _check_value(item, kind[0], f"{where}[{i}]")
+    elif isinstance(kind, dict):
+        _expect(value, dict, where)
+        if str in kind:
+            for name, item in value.items():
+                _check_value(item, kind[str], f"{where}.{name}")
+        else:
+            _check_fields(value, kind, where, optional=())
+    else:
+        _expect(value, kind, where)
+
+
+def _expect(value: Any, kind: type, where: str) -> None:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = number if kind is float else isinstance(value, kind) and not isinstance(value, bool)
+    if not ok:
+        raise TypeError(f"{where} must be {_JSON_NAMES[kind]}, got {_json_name(value)}")
 
 
 def _json_name(value: Any) -> str:
     if isinstance(value, bool):
         return "true/false"
-    if isinstance(value, int | float):
+    if isinstance(value, int):
+        return "a whole number"
+    if isinstance(value, float):
         return "a number"
     return _JSON_NAMES.get(type(value), "null" if value is None else type(value).__name__)
 

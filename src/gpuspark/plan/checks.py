@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuspark.errors import PlanError, did_you_mean
-from gpuspark.plan.gpus import DTYPES, find_gpu
+from gpuspark.plan.gpus import DTYPES, GPUS, find_gpu
 
 if TYPE_CHECKING:
     from gpuspark.plan.calibration import Calibration
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gpuspark.spec import ClusterSpec
 
 __all__ = [
+    "BUILT_IN_SPEC",
     "COMPRESSIONS",
     "FINITE",
     "MAX_COUNT",
@@ -232,12 +233,39 @@ def check_cluster(
         )
     probe = calibration.compute if calibration is not None else None
     if probe is None:
-        find_gpu(group.gpu_model)
+        _check_gpu(spec)
     elif efficiency is not None:
         raise PlanError(
             f"--efficiency {efficiency} would be ignored: the calibration measured compute",
             remedy="drop --efficiency, or the calibration",
         )
+
+
+BUILT_IN_SPEC = ("embedded", "any")
+"""Name and ``gpu_model`` of the built-in spec (:func:`gpuspark.spec.default_spec`, used
+without ``--spec``): the embedded cluster, whose GPU slots have no model to plan for."""
+
+
+def _check_gpu(spec: ClusterSpec) -> None:
+    """The spec's GPU model is in the planner's table; else one line saying what to pass
+    instead (a spec that names a known model, or a calibration that measured compute)."""
+    model = spec.nodes[0].gpu_model
+    try:
+        find_gpu(model)
+    except PlanError:
+        known = [g.name for g in GPUS]
+        calibrated = "or --calibration FILE written by `gpuspark plan calibrate` on the cluster"
+        if (spec.name, model) == BUILT_IN_SPEC:
+            raise PlanError(
+                "plan needs the GPUs' model, and the built-in spec (no --spec given) has none: "
+                f"its gpu_model is {model!r}, the embedded cluster's GPU slots",
+                remedy=f"pass --spec FILE whose gpu_model is one of {', '.join(known)} "
+                f"(`gpuspark init cluster.toml` writes one), {calibrated}",
+            ) from None
+        raise PlanError(
+            f"GPU model {model!r} of spec {spec.name!r} is not in the planner's table",
+            remedy=f"set gpu_model to one of {', '.join(known)}, {calibrated}",
+        ) from None
 
 
 def check_request(
