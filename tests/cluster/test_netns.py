@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -242,13 +241,3 @@ def test_driver_conf_binds_to_the_bridge() -> None:
         "spark.driver.bindAddress": "198.18.7.1",
     }
     assert netns.driver_conf(None) == {}
-
-
-def test_sigterm_raises_system_exit_within_only() -> None:
-    import signal
-
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit), netns.sigterm_raises():
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # the handler raises before this ends
-    assert signal.getsignal(signal.SIGTERM) == before

@@ -262,3 +262,56 @@ def test_links_to_folders_that_read_files_twice_are_refused(
     os.symlink("0.jpg", tmp_path / "img" / "cat" / "zero.jpg")  # a link to a file: fine
     with pytest.raises(_Started):
         prep_images(tmp_path / "img", tmp_path / "out")
+
+
+_KINDS = {  # prep kind -> (a file its source check accepts, the options it needs)
+    "parquet": ("t.parquet", ["--label", "y"]),
+    "text": ("a.txt", []),
+    "images": ("cat/0.jpg", []),
+    "dicom": ("s/0.dcm", []),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_KINDS))
+@pytest.mark.parametrize(
+    ("src_rel", "dst_rel", "line"),
+    [
+        ("risk", "risk/sub", "destination {dst} lies inside the source {src}"),
+        ("risk", "risk", "destination {dst} is the source {src}"),
+        ("out/risk", "out", "source {src} lies inside the destination {dst}"),
+    ],
+)
+def test_cli_refuses_a_destination_overlapping_the_source(
+    kind: str,
+    src_rel: str,
+    dst_rel: str,
+    line: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``prep parquet risk/ risk/sub`` left ``risk/sub/_gpuspark_staging-*`` among its own
+    inputs: a destination that is, lies in or holds the source is refused in one line before
+    anything starts (the ``no_cluster`` fixture fails the test otherwise), as ``predict``
+    refuses one."""
+    monkeypatch.chdir(tmp_path)
+    name, opts = _KINDS[kind]
+    (tmp_path / src_rel / name).parent.mkdir(parents=True)
+    (tmp_path / src_rel / name).write_bytes(b"x")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["prep", kind, src_rel, dst_rel, *opts]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    src, dst = tmp_path / src_rel, dst_rel
+    assert len(err) == 1 and err[0].startswith("error: " + line.format(src=src, dst=dst)), err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_destination_reached_through_a_link_into_the_source_is_refused(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "x.dcm").write_bytes(b"x")
+    os.symlink(src, tmp_path / "link")
+    with pytest.raises(PrepError, match="lies inside the source"):
+        prep_images(src, tmp_path / "link" / "ds")
+    with pytest.raises(_Started):
+        prep_images(src, tmp_path / "ds")

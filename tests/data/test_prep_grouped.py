@@ -68,7 +68,9 @@ def test_the_job_base_takes_a_source(tmp_path: Path, monkeypatch: pytest.MonkeyP
         yield "session"
 
     monkeypatch.setattr(prep_job, "job_session", session)
-    source = _notes_source(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    source = _notes_source(src)
     seen: list[PrepRun] = []
 
     def body(run: PrepRun, spark: Any) -> Any:
@@ -78,10 +80,10 @@ def test_the_job_base_takes_a_source(tmp_path: Path, monkeypatch: pytest.MonkeyP
     write = WriteOptions(None, None, None, False, None)
     assert run_prep("notes", source, tmp_path / "ds", write, body, Where()) == "session"
     run = seen[-1]
-    assert run.require_source() is source and run.src == str(tmp_path)
+    assert run.require_source() is source and run.src == str(src)
     assert run.job == "prep notes"
-    run_prep("notes", str(tmp_path), tmp_path / "ds", write, body, Where())
-    assert seen[-1].source is None and seen[-1].src == str(tmp_path)
+    run_prep("notes", str(src), tmp_path / "ds", write, body, Where())
+    assert seen[-1].source is None and seen[-1].src == str(src)
     with pytest.raises(TypeError, match="prep notes was started without a Source"):
         seen[-1].require_source()
 

@@ -76,6 +76,28 @@ def test_an_interrupted_job_does_not_end_done() -> None:
     assert calls[-1]["phase"] == "done"
 
 
+def test_an_error_met_while_a_sigterm_unwinds_is_an_interrupt() -> None:
+    """A group SIGTERM stops the driver JVM too: the clean-up meets a py4j error raised while
+    :class:`Terminated` is handled. The bar says interrupted, as the CLI's last line does."""
+    import signal
+
+    from gpuspark._util.signals import Terminated
+
+    calls: list[dict[str, Any]] = []
+    counters = {"rows": _Acc(), "quarantined": _Acc()}
+    with pytest.raises(ConnectionError), progress.Watcher(_Spark(), calls.append, counters) as w:
+        w._report()
+        try:
+            raise Terminated(signal.SIGTERM)
+        finally:
+            raise ConnectionError("Answer from Java side is empty")
+    assert calls[-1]["phase"] == "interrupted"
+    with pytest.raises(_Stop), progress.Watcher(_Spark(), calls.append, counters) as w:
+        w._report()
+        raise _Stop
+    assert calls[-1]["phase"] == "failed"
+
+
 class _Stage:
     def __init__(self, stage_id: int, tasks: int, completed: int, done: bool = True) -> None:
         self.stage_id, self.num_tasks, self.num_completed_tasks = stage_id, tasks, completed

@@ -114,8 +114,8 @@ def up(
     # anything starts (cluster/machine.py).
     import time
 
+    from gpuspark._util.signals import terminate_raises
     from gpuspark.cluster.local import LocalCluster
-    from gpuspark.cluster.netns import sigterm_raises
     from gpuspark.cluster.request import check_request
     from gpuspark.spec import load_spec
 
@@ -146,7 +146,7 @@ def up(
         _already_running(running.status().as_dict(), json_out)
         return
     t0 = time.monotonic()
-    with sigterm_raises():  # a stopped start removes what it made (namespaces too)
+    with terminate_raises():  # a stopped start removes what it made (namespaces too)
         cluster.start()
     status = cluster.status().as_dict()
     status["startup_seconds"] = round(time.monotonic() - t0, 2)

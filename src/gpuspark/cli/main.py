@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import typer
 
 from gpuspark import __version__
 from gpuspark._util import envvars
+from gpuspark._util.signals import Caught, by_interrupt, terminate_raises
 from gpuspark.cli._common import new_app, print_json
 from gpuspark.errors import GpusparkError
 
@@ -88,7 +90,7 @@ def _quiet_py4j_interrupt(record: logging.LogRecord) -> bool:
     if "py4j" not in record.pathname or not record.exc_info:
         return True
     exc = record.exc_info[1]
-    return not ((exc is not None and _by_interrupt(exc)) or _in_sigint_handler())
+    return not (by_interrupt(exc) or _in_sigint_handler())
 
 
 def _in_sigint_handler() -> bool:
@@ -210,19 +212,20 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         cur = cur.__cause__ or cur.__context__
 
 
-def _by_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C, or was raised while one was being handled."""
-    return any(isinstance(cur, KeyboardInterrupt) for cur in _chain(exc))
-
-
-def _interrupted(exc: BaseException | None, argv: list[str] | None) -> int:
-    """One line for a Ctrl-C (no traceback, no py4j noise) and the shell's exit code 130."""
+def _interrupted(exc: BaseException | None, argv: list[str] | None, signum: int | None) -> int:
+    """One line for a Ctrl-C, or a SIGTERM or SIGHUP (``signum``), with no traceback and no
+    py4j noise; the shell's exit code: 130 for Ctrl-C, else 128 + ``signum`` (SIGTERM: 143)."""
     if exc is not None and os.environ.get(envvars.DEBUG.name) == "1":
         traceback.print_exception(exc)
     words = _command_words(sys.argv[1:] if argv is None else argv)
     kept = _kept(words)
+    by = f" by {signal.Signals(signum).name}" if signum else ""
     return _fail(
-        f"interrupted: {words} stopped; {kept}", f"{words} was interrupted; {kept}", None, 130, argv
+        f"interrupted{by}: {words} stopped; {kept}",
+        f"{words} was interrupted{by}; {kept}",
+        None,
+        128 + signum if signum else 130,
+        argv,
     )
 
 
@@ -313,17 +316,25 @@ def _command_words(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; return the exit code."""
+    """Run the CLI; return the exit code. SIGTERM and SIGHUP stop a command as Ctrl-C does
+    (:mod:`gpuspark._util.signals`): what it started is cleaned up, then one line."""
     from gpuspark.cli._common import on_interrupt
 
     on_interrupt(None)  # a note of an earlier command run in this process does not apply
+    with terminate_raises() as caught:
+        return _run(argv, caught)
+
+
+def _run(argv: list[str] | None, caught: Caught) -> int:
+    """The command of ``argv``, run; its exit code (``caught``: a SIGTERM or SIGHUP that
+    stopped it)."""
     try:
         # With standalone_mode=False click returns the exit code of typer.Exit(n).
         rc = _command()(args=argv, standalone_mode=False, prog_name="gpuspark")
     except _interrupt_types() as exc:
-        if not _by_interrupt(exc):
+        if not by_interrupt(exc):
             raise  # a py4j error of its own: as any unexpected error
-        return _interrupted(exc, argv)
+        return _interrupted(exc, argv, caught.signum)
     except GpusparkError as exc:
         return _report(exc, argv)
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
@@ -347,9 +358,14 @@ def main(argv: list[str] | None = None) -> int:
             return _usage_error(exc, message(), code, argv)
         if _disk_full(exc):  # a Spark task's ENOSPC reaches the driver as a Spark error
             return _report(_disk_full_error(argv), argv)
+        from gpuspark.storage import store_failure
+
+        failed = store_failure(exc)  # an object store's client gave up
+        if failed is not None:
+            return _report(failed, argv)
         raise
     if rc == 130:  # typer returns a Ctrl-C inside a command as exit code 130
-        return _interrupted(None, argv)
+        return _interrupted(None, argv, caught.signum)
     return rc if isinstance(rc, int) else 0
 
 

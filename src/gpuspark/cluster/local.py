@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from gpuspark._util import envvars
 from gpuspark._util.net import free_port, http_get_json
 from gpuspark._util.procs import pid_alive, spawn_group, terminate_groups
+from gpuspark._util.signals import terminate_raises
 from gpuspark.cluster import connect_server, netns
 from gpuspark.cluster.announce import announce_master, withdraw_master
 from gpuspark.cluster.conf import metrics_properties, write_rendered
@@ -86,7 +88,8 @@ def default_state_dir() -> Path:
 
 
 class LocalCluster:
-    """A real Spark standalone cluster on this machine, usable as a context manager.
+    """A real Spark standalone cluster on this machine, usable as a context manager: the
+    cluster it starts is stopped however the block ends, SIGTERM and SIGHUP included.
 
     >>> with LocalCluster(workers=2, cores=2, gpus=2) as cluster:   # doctest: +SKIP
     ...     spark = cluster.session()
@@ -144,7 +147,6 @@ class LocalCluster:
         effects besides ``nvidia-smi -L`` when ``real_gpus`` is not given). With ``hosts``
         and no ``workers``, at least one worker per host; fewer workers than hosts are
         refused."""
-
         spec = resolve_spec(self.spec)
         real = detect_gpus() if real_gpus is None else real_gpus
         shape = embedded_shape(spec, real_gpus=len(real), **self.overrides)
@@ -259,7 +261,6 @@ class LocalCluster:
 
     def _spec_obj(self) -> Any:
         """The spec as an object for monitoring paths; ``None`` if it cannot be read now."""
-
         try:
             return resolve_spec(self.spec)
         except GpusparkError:
@@ -268,7 +269,6 @@ class LocalCluster:
     def _write_metrics_conf(self) -> Path:
         """``$SPARK_CONF_DIR/metrics.properties`` for master and workers: the same
         PrometheusServlet paths as a rendered production conf (``/metrics/master/prometheus``)."""
-
         conf_dir = self.state_dir / "conf"
         conf_dir.mkdir(exist_ok=True)
         spec = self._spec_obj() or default_spec()
@@ -282,7 +282,6 @@ class LocalCluster:
         """With ``secure``: the shared secret (generated once per state directory, mode 600)
         and ``$SPARK_CONF_DIR/spark-defaults.conf`` (mode 600) that the master reads; the
         workers get the same lines in their properties files. ``None`` when not secure."""
-
         conf_dir = self.state_dir / "conf"
         if not self.secure:
             (conf_dir / "spark-defaults.conf").unlink(missing_ok=True)
@@ -470,16 +469,20 @@ class LocalCluster:
     def session(self, kind: str = "data", **conf: Any) -> Any:
         """A ``SparkSession`` on this cluster shaped by its spec (see
         :func:`gpuspark.cluster.session`); ``kind`` is ``"data"`` or ``"training"``."""
-
         conf = {**netns.driver_conf(self.state.netns if self.state else None), **conf}
         return session(master=self.master_url, kind=kind, spec=self.spec, cluster=self, **conf)
 
     def __enter__(self) -> LocalCluster:
-        return self.start()
+        with ExitStack() as stack:  # SIGTERM, SIGHUP end the block as Ctrl-C does: stop() runs
+            stack.enter_context(terminate_raises())
+            self.start()
+            self._signals = stack.pop_all()
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._owns:
-            self.stop()
+        with self._signals:  # the old handlers once stopped
+            if self._owns:
+                self.stop()
 
     # -- state file -------------------------------------------------------------------------
 

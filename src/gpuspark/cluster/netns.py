@@ -29,9 +29,8 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuspark._util.procs import spawn_group
 from gpuspark.cluster.conf import render_spark, write_rendered, write_rendered_tree
@@ -56,7 +55,6 @@ __all__ = [
     "plan_network",
     "remove",
     "render_hosts",
-    "sigterm_raises",
     "spark_env_values",
     "start_worker",
     "tear_down",
@@ -250,27 +248,6 @@ def remove(net: NetnsState | None) -> None:
             f"could not remove {', '.join(left)}",
             remedy="remove them by hand: `ip netns del NAME`, `ip link del NAME`",
         )
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Within: SIGTERM and SIGHUP raise :class:`SystemExit`, so a start that is stopped runs
-    its clean-up (Ctrl-C raises ``KeyboardInterrupt`` already). Main thread only."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _raise(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
 
 
 # -- the hosts' files and workers -----------------------------------------------------------

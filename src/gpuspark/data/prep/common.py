@@ -73,6 +73,9 @@ class PrepResult:
     quarantine_path: str | None
     label_map: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    """One line each: what the dataset lacks that training will notice (an empty split, a
+    single class); also logged as warnings."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-data view (for ``--json``)."""
@@ -167,13 +170,17 @@ def _holds_a_file(root: Path) -> bool:
     return any(files for _dir, _subdirs, files in os.walk(root, followlinks=True))
 
 
-def check_destination(dst: str | os.PathLike[str], overwrite: bool) -> str:
+def check_destination(
+    dst: str | os.PathLike[str], overwrite: bool, source: str | None = None
+) -> str:
     """The dataset directory as an absolute local path (a URL as given), refused now (not
-    after the Spark job) when it holds a dataset and ``overwrite`` is off, or other files; a
-    URL also when its store's client is missing or it cannot be written (a write probe)."""
+    after the Spark job) when it is, lies in or holds ``source`` (the job's input), when it
+    holds a dataset and ``overwrite`` is off, or other files; a URL also when its store's
+    client is missing or it cannot be written (a write probe)."""
     from gpuspark.data.write import check_target
 
     text = os.fspath(dst)
+    _check_apart(text, source)
     if storage.is_url(text):
         try:
             storage.check_writable(text, "destination")
@@ -185,6 +192,25 @@ def check_destination(dst: str | os.PathLike[str], overwrite: bool) -> str:
     _check_creatable(text, root)
     check_target(root, overwrite)
     return root
+
+
+def _check_apart(dst: str, source: str | None) -> None:
+    """Refuse a destination that is the source, lies in it or holds it, as ``predict`` does:
+    the staging folders and shards would land among the inputs (a later run reads them), or
+    the input among the dataset's files. Symbolic links are followed."""
+    if source is None:
+        return
+    if storage.is_within(dst, source, resolve=True):
+        where = "is" if storage.is_within(source, dst, resolve=True) else "lies inside"
+        raise PrepError(
+            f"destination {dst} {where} the source {source}",
+            remedy="write the dataset to a folder outside the source",
+        )
+    if storage.is_within(source, dst, resolve=True):
+        raise PrepError(
+            f"source {source} lies inside the destination {dst}",
+            remedy="write the dataset to a folder that does not hold the source",
+        )
 
 
 def _check_creatable(text: str, root: str) -> None:

@@ -19,11 +19,13 @@ rest:
   (:meth:`PrepRun.counted`);
 - the outcome check (:meth:`PrepRun.check_outcome`: no records, nothing committed), the
   writers' common arguments (:meth:`PrepRun.write_args`) and the :class:`PrepResult`
-  (:meth:`PrepRun.result`).
+  (:meth:`PrepRun.result`), with its warnings (:func:`outcome_warnings`: a split asked for
+  that came out empty, a classification dataset of one class).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +36,7 @@ from typing import Any
 from gpuspark import storage
 from gpuspark.cluster.session import JobKind, job_session
 from gpuspark.cluster.submit import prepare_job
+from gpuspark.data.checks import SPLIT_NAMES
 from gpuspark.data.prep.common import (
     PrepResult,
     WriteOptions,
@@ -47,7 +50,15 @@ from gpuspark.data.prep.progress import Progress, Watcher, announce
 from gpuspark.data.sources import Source
 from gpuspark.schedulers.connect import is_connect_session
 
-__all__ = ["DriverCount", "PrepRun", "Where", "run_prep"]
+__all__ = ["DriverCount", "PrepRun", "Where", "outcome_warnings", "run_prep"]
+
+log = logging.getLogger(__name__)
+_FALLBACK = {
+    "train": "--train-split all",
+    "val": "--val-split none",
+    "test": "no --test-split",
+}
+"""What ``gpuspark train`` needs when a split it reads by default or by name is empty."""
 
 
 class DriverCount:
@@ -146,7 +157,12 @@ class PrepRun:
         quarantined_items: int | None = None,
         label_map: dict[str, str] | None = None,
     ) -> PrepResult:
-        """The job's :class:`PrepResult` from its committed manifest."""
+        """The job's :class:`PrepResult` from its committed manifest, with its
+        :func:`outcome_warnings` (each also logged)."""
+        splits = split_counts(manifest)
+        warnings = outcome_warnings(self.job, self.src, self.write.fractions, splits, label_map)
+        for line in warnings:
+            log.warning("%s", line)
         return PrepResult(
             dataset=self.root,
             kind=self.kind,
@@ -156,14 +172,45 @@ class PrepRun:
             quarantined=len(q_rows),
             quarantined_items=len(q_rows) if quarantined_items is None else quarantined_items,
             by_reason=by_reason(q_rows),
-            splits=split_counts(manifest),
+            splits=splits,
             shards=len(manifest.shards),
             bytes=sum(s.bytes for s in manifest.shards),
             seconds=round(time.monotonic() - self.t0, 3),
             quarantine_path=quarantine_path(self.root, manifest),
             label_map=label_map or {},
             timings=self.timings,
+            warnings=warnings,
         )
+
+
+def outcome_warnings(
+    job: str,
+    src: str,
+    fractions: tuple[float, ...] | None,
+    splits: dict[str, int],
+    label_map: dict[str, str] | None = None,
+) -> list[str]:
+    """One line per thing a committed dataset lacks that training will trip on: the splits
+    asked for (a fraction above 0 in ``fractions``, named train, val, test) that hold no
+    records in ``splits``, and a ``label_map`` of a single class."""
+    out = []
+    asked = [(name, f) for name, f in zip(SPLIT_NAMES, fractions or (), strict=False) if f > 0]
+    empty = [(name, f) for name, f in asked if not splits.get(name)]
+    if empty:
+        what = " and ".join(f"{name} ({f:g} asked)" for name, f in empty)
+        needs = " and ".join(_FALLBACK[name] for name, _ in empty if name != "test")
+        out.append(
+            f"{job} of {src}: split {what} came out empty: records are split by a hash of"
+            " their id (file path, patient, --id column), so too few distinct ids leave a split"
+            " empty" + (f"; gpuspark train needs {needs}" if needs else "")
+        )
+    if label_map is not None and len(label_map) == 1:
+        [name] = label_map.values()
+        out.append(
+            f"{job} of {src}: one class only ('{name}'): a classifier trained on it learns"
+            " nothing; check the labels (or the class folders)"
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -201,9 +248,9 @@ def run_prep(
         app_name=f"gpuspark-prep-{kind}",
         writes=[_absolute(dst)],
     )
-    root = check_destination(dst, write.overwrite)
     source = None if isinstance(src, str) else src
     path = src if isinstance(src, str) else src.root
+    root = check_destination(dst, write.overwrite, path)
     run = PrepRun(kind, path, root, write, where.progress, where.t0, source=source)
     announce(where.progress)  # starting a session (and a cluster) takes seconds: say so
     args = job.session_args()

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuspark._util.signals import by_interrupt
 from gpuspark._util.spark_compat import missing
 from gpuspark.schedulers.connect import is_connect_session
 
@@ -127,7 +128,9 @@ class Watcher:
             self._thread.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, *_: object
+    ) -> None:
         self._stop.set()
         if self._connect is not None:
             self._connect.stop()
@@ -139,7 +142,7 @@ class Watcher:
             return
         # A failed or interrupted job: the bar must not say "done". Spark may be going away
         # (Ctrl-C), so the last figures are repeated under the new phase without asking it.
-        self.phase = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+        self.phase = "interrupted" if by_interrupt(exc) else "failed"
         if self._thread.is_alive():  # never started without a progress callback
             self._thread.join(timeout=5)
         if self.progress is not None and self._last is not None:
