@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuspark.cli.main import main
+from gpuspark.errors import SpecError
 from gpuspark.monitor import names
 from gpuspark.monitor.alertmanager import alertmanager_yml, receiver_name
 from gpuspark.monitor.prometheus import EmbeddedScrape, prometheus_yml
@@ -362,3 +363,46 @@ def test_rendered_rule_tests_pass_over_the_allowed_range(
         out = Path(tmp) / "mon"
         write_monitoring(render_monitoring(spec, targets_dir=Path(tmp) / "targets"), out)
         _check_all(out)
+
+
+# ----------------------------------------------------------------------------- no machine paths
+
+
+def test_cli_render_carries_no_path_of_the_rendering_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``render monitoring -o DIR`` as typed on a laptop: neither its home, its monitor
+    folder nor its working directory may reach the files; file_sd reads ``targets/`` beside
+    ``prometheus.yml`` (Prometheus resolves relative paths from the file's folder)."""
+    machine = tmp_path / "render-machine"
+    monkeypatch.setenv("HOME", str(machine / "home"))
+    monkeypatch.setenv("GPUSPARK_MONITOR_DIR", str(machine / "monitor"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", "monitoring", "--spec", str(EXAMPLE_FILE), "-o", "mon"]) == 0
+    capsys.readouterr()
+    for path in (tmp_path / "mon").rglob("*"):
+        if path.is_file():
+            assert str(tmp_path) not in path.read_text(), path
+    doc = yaml.safe_load((tmp_path / "mon" / "prometheus.yml").read_text())
+    files = [
+        f
+        for job in doc["scrape_configs"]
+        for c in job.get("file_sd_configs", [])
+        for f in c["files"]
+    ]
+    assert files and all(f.startswith("targets/") for f in files), files
+    assert "targets/runs/*.json" in files
+    assert "[monitoring] targets_dir" in (tmp_path / "mon" / "prometheus.yml").read_text()
+
+
+def test_targets_dir_is_written_as_given_and_a_tilde_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shared = _with_monitoring(_example(), targets_dir="/shared/prometheus/targets")
+    doc = yaml.safe_load(prometheus_yml(shared))
+    assert doc["scrape_configs"][-1]["file_sd_configs"] == [
+        {"files": ["/shared/prometheus/targets/runs/*.json"]}
+    ]
+    home = _with_monitoring(_example(), targets_dir="~/targets")
+    with pytest.raises(SpecError, match="starts with '~'"):
+        prometheus_yml(home)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from gpuspark.cli.main import main
 from gpuspark.errors import SpecError
-from gpuspark.quota.render import quota_notes, render_quota
+from gpuspark.quota.render import quota_notes, render_k8s, render_quota
 from gpuspark.schedulers.shares import largest_remainder, percent_shares
 from gpuspark.schedulers.standalone.caps import TeamCaps, team_caps
 from gpuspark.spec import ClusterSpec, example_spec, load_spec, parse_spec
@@ -373,3 +373,74 @@ def test_cli_bad_kueue_api_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
     code = main(["render", "kueue", str(EXAMPLE), "--kueue-api", "v1"])
     assert code == 2
     assert "v1beta1, v1beta2" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- no teams
+
+
+def _no_teams_spec(tmp_path: Path) -> Path:
+    """The example spec, as a user writes it, with its [[teams]] tables left out."""
+    text = EXAMPLE.read_text()
+    start, end = text.index("[[teams]]"), text.index("[monitoring]")
+    path = tmp_path / "cluster.toml"
+    path.write_text(text[:start] + text[end:])
+    assert not load_spec(path).teams
+    return path
+
+
+def test_cli_render_kueue_without_teams_writes_one_working_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "q"
+    assert main(["render", "kueue", str(_no_teams_spec(tmp_path)), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "every job shares one queue, ClusterQueue 'gpuspark-shared'" in text
+    assert "spark-kueue.conf" in text and "only lends" not in text
+    docs = _docs((out / "kueue.yaml").read_text())
+    _check_schema(docs, "kueue-v1beta2.json")
+    [cq] = [d for d in docs if d["kind"] == "ClusterQueue"]
+    [lq] = [d for d in docs if d["kind"] == "LocalQueue"]
+    namespace = lq["metadata"]["namespace"]
+    assert cq["spec"]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": namespace
+    }
+    assert lq["spec"]["clusterQueue"] == cq["metadata"]["name"]
+    gpus = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"]
+    assert gpus == 16
+    conf = (out / "spark-kueue.conf").read_text()
+    assert f"spark.kubernetes.namespace {namespace}\n" in conf
+    assert f"executor.label.kueue.x-k8s.io/queue-name {lq['metadata']['name']}\n" in conf
+
+
+def test_cli_render_volcano_without_teams_writes_one_working_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "q"
+    assert main(["render", "volcano", str(_no_teams_spec(tmp_path)), "-o", str(out)]) == 0
+    assert "every job shares one queue, 'gpuspark-shared'" in capsys.readouterr().out
+    [queue] = _docs((out / "volcano-queues.yaml").read_text())
+    _check_schema([queue], "volcano-v1beta1.json")
+    assert queue["spec"]["capability"]["nvidia.com/gpu"] == 16
+    conf = dict(
+        line.split(" ", 1)
+        for line in (out / "spark-volcano.conf").read_text().splitlines()
+        if not line.startswith("#")
+    )
+    template = out / conf["spark.kubernetes.scheduler.volcano.podGroupTemplateFile"]
+    [pg] = _docs(template.read_text())
+    _check_schema([pg], "volcano-v1beta1.json")
+    assert pg["spec"]["queue"] == queue["metadata"]["name"]
+    assert conf["spark.dynamicAllocation.maxExecutors"] == "16"
+
+
+def test_render_yarn_and_k8s_without_teams_name_their_one_queue(tmp_path: Path) -> None:
+    spec = load_spec(_no_teams_spec(tmp_path))
+    assert "one queue, root.default" in quota_notes(spec, "yarn")[0]
+    files = render_k8s(spec)
+    local = [d for d in _docs(files["cluster/20-queues.yaml"]) if d["kind"] == "LocalQueue"]
+    assert [(d["metadata"]["namespace"], d["metadata"]["name"]) for d in local] == [
+        ("gpuspark", "gpuspark-shared")
+    ]
+    assert "executor.label.kueue.x-k8s.io/queue-name gpuspark-shared" in files["spark/train.conf"]
+    app = _docs(files["apps/train.yaml"])[0]
+    assert app["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpuspark-shared"

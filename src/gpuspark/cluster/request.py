@@ -11,15 +11,24 @@ asks for nothing in particular and matches any running cluster).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuspark.cluster.shape import EmbeddedShape, fraction, parse_memory_mb
+from gpuspark.cluster.shape import EmbeddedShape, fraction, parse_memory_mb, worker_address
 from gpuspark.errors import ClusterError
 
 if TYPE_CHECKING:
     from gpuspark.cluster.local import LocalCluster
+    from gpuspark.cluster.state import ClusterState
 
-__all__ = ["check_request", "describe_shape", "request_differences", "up_command"]
+__all__ = [
+    "address_span",
+    "check_request",
+    "describe_shape",
+    "request_differences",
+    "running_addresses",
+    "up_command",
+]
 
 # Shape fields a --spec request compares, with their names in messages.
 _SPEC_FIELDS = {
@@ -30,14 +39,54 @@ _SPEC_FIELDS = {
 }
 
 
-def describe_shape(shape: EmbeddedShape, hosts: int, secure: bool, host: str = "127.0.0.1") -> str:
-    """``2 workers of 8 cores, 4g, 2 GPUs each on 127.0.0.1`` (and hosts, security)."""
-    where = host if not hosts else f"{_count(hosts, 'host')} 127.0.0.2-{1 + hosts}"
+def describe_shape(
+    shape: EmbeddedShape,
+    addresses: Sequence[str],
+    secure: bool,
+    *,
+    hosts: int = 0,
+    netns: bool = False,
+) -> str:
+    """``2 workers of 8 cores, 4g, 2 GPUs each on 127.0.0.1`` (and hosts, security).
+
+    ``addresses``: the workers' distinct addresses, as the cluster records them (a running
+    one) or will bind them (a request); ``hosts``: ``--hosts``, 0 for none; ``netns``: the
+    hosts are network namespaces (a request's addresses are picked at start: none given).
+    """
+    if hosts or netns:
+        where = _count(hosts or len(addresses), "host")
+        where += f" {address_span(addresses)}" if addresses else ""
+        where += " in network namespaces" if netns else ""
+    else:
+        where = address_span(addresses)
     text = (
         f"{_count(shape.workers, 'worker')} of {_count(shape.cores_per_worker, 'core')}, "
         f"{shape.memory_per_worker}, {_count(shape.gpus_per_worker, 'GPU')} each on {where}"
     )
     return text + (", secure" if secure else "")
+
+
+def address_span(addresses: Sequence[str]) -> str:
+    """``198.18.0.2-3`` for consecutive IPv4 addresses of one /24, else ``a, b, c``."""
+    parts = [a.rsplit(".", 1) for a in addresses]
+    if len(parts) > 1 and all(len(p) == 2 and p[1].isdigit() for p in parts):
+        nets, last = {p[0] for p in parts}, [int(p[1]) for p in parts]
+        if len(nets) == 1 and last == list(range(last[0], last[0] + len(last))):
+            return f"{parts[0][0]}.{last[0]}-{last[-1]}"
+    return ", ".join(addresses)
+
+
+def running_addresses(state: ClusterState, shape: EmbeddedShape) -> list[str]:
+    """The running cluster's worker addresses as its state records them, as ``cluster
+    status`` shows them: the namespace hosts' (``--netns``), else each worker's, else (no
+    worker recorded yet) where its workers were to bind."""
+    if state.netns is not None and state.netns.hosts:
+        found = [h.address for h in state.netns.hosts]
+    elif state.workers:
+        found = [w.host or state.host for w in state.workers]
+    else:
+        found = [worker_address(i, state.hosts or None, state.host) for i in range(shape.workers)]
+    return list(dict.fromkeys(found))
 
 
 def _count(number: int, noun: str) -> str:
@@ -140,8 +189,18 @@ def check_request(
     if not diffs or running.state is None or running.shape is None:
         return
     state = running.state
-    now = describe_shape(running.shape, state.hosts, state.secure, state.host)
-    want = describe_shape(shape, asked.hosts or 0, asked.secure, asked.host)
+    here = running_addresses(state, running.shape)
+    netns = state.netns is not None
+    now = describe_shape(running.shape, here, state.secure, hosts=state.hosts, netns=netns)
+    # a --netns request's addresses are picked when it starts
+    asked_at = [] if asked.netns else [asked.worker_host(i) for i in range(shape.workers)]
+    want = describe_shape(
+        shape,
+        list(dict.fromkeys(asked_at)),
+        asked.secure,
+        hosts=asked.hosts or 0,
+        netns=asked.netns,
+    )
     down = "gpuspark cluster down" + (f" --state-dir {shlex.quote(state_dir)}" if state_dir else "")
     raise ClusterError(
         f"the embedded cluster at {running.master_url} runs {now}; this request is {want} "

@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from gpuspark._util.yamltext import dump_yaml
-from gpuspark.cluster.monitor_dirs import targets_dir as default_targets
+from gpuspark.errors import SpecError
 from gpuspark.monitor import names
 from gpuspark.schedulers import backend_for
 from gpuspark.schedulers.standalone import MASTER_UI_PORT
@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ALERTMANAGER_ADDRESS",
     "JOB_SPARK_MASTER_APPS",
+    "RENDERED_TARGETS",
     "EmbeddedScrape",
     "prometheus_yml",
+    "rendered_targets",
     "scrape_configs",
 ]
 
@@ -45,6 +47,10 @@ JOB_SPARK_MASTER_APPS = "spark-master-apps"
 """The standalone master's ``/metrics/applications/prometheus`` (per-application gauges)."""
 ALERTMANAGER_ADDRESS = "localhost:9093"
 """Where the rendered ``prometheus.yml`` sends alerts (Alertmanager's default port)."""
+RENDERED_TARGETS = "targets"
+"""The file_sd folder of a rendered ``prometheus.yml`` when neither ``--targets-dir`` nor
+``[monitoring] targets_dir`` names one: relative, so Prometheus reads it beside the file
+(relative ``file_sd_configs`` paths are relative to the configuration file's folder)."""
 
 _PATHS = {
     names.JOB_SPARK_MASTER: "/metrics/master/prometheus",
@@ -81,11 +87,11 @@ def _master_targets(spec: ClusterSpec) -> list[str]:
     return [f"{host}:{port}" for host in backend_for(master).master_ui_hosts(master)]
 
 
-def _file_sd(targets_dir: Path, job: str) -> dict[str, Any]:
-    return {"files": [str(targets_dir / _KINDS[job] / "*.json")]}
+def _file_sd(targets_dir: PurePath, job: str) -> dict[str, Any]:
+    return {"files": [(targets_dir / _KINDS[job] / "*.json").as_posix()]}
 
 
-def _discovered(job: str, targets_dir: Path, static: list[str] | None = None) -> dict[str, Any]:
+def _discovered(job: str, targets_dir: PurePath, static: list[str] | None = None) -> dict[str, Any]:
     config: dict[str, Any] = {"job_name": job, "metrics_path": _PATHS[job]}
     if job == names.JOB_RUNS:
         config["honor_labels"] = True
@@ -104,7 +110,7 @@ def _per_node(spec: ClusterSpec, job: str, port: int) -> dict[str, Any]:
 
 
 def scrape_configs(
-    spec: ClusterSpec, targets_dir: Path, embedded: EmbeddedScrape | None = None
+    spec: ClusterSpec, targets_dir: PurePath, embedded: EmbeddedScrape | None = None
 ) -> list[dict[str, Any]]:
     """The ``scrape_configs`` list of :func:`prometheus_yml`, as data."""
     jobs: list[dict[str, Any]] = []
@@ -124,7 +130,7 @@ def scrape_configs(
 
 
 def _document(
-    spec: ClusterSpec, targets_dir: Path, embedded: EmbeddedScrape | None
+    spec: ClusterSpec, targets_dir: PurePath, embedded: EmbeddedScrape | None
 ) -> dict[str, Any]:
     interval = spec.monitoring.scrape_interval_s if embedded is None else embedded.scrape_interval_s
     doc: dict[str, Any] = {
@@ -145,6 +151,28 @@ def _document(
     return doc
 
 
+def rendered_targets(
+    spec: ClusterSpec, targets_dir: str | os.PathLike[str] | None = None
+) -> PurePath:
+    """The file_sd folder a rendered ``prometheus.yml`` names, exactly as given: ``targets_dir``,
+    else the spec's ``[monitoring] targets_dir``, else :data:`RENDERED_TARGETS` (relative to the
+    file). Never made absolute or user-expanded here: the file is read on the Prometheus
+    server, so no path of the machine that renders it belongs in it; a leading ``~`` is
+    refused (:class:`~gpuspark.errors.SpecError`)."""
+    if targets_dir is not None:
+        folder: PurePath = PurePath(targets_dir)
+    else:
+        folder = PurePosixPath(spec.monitoring.targets_dir or RENDERED_TARGETS)
+    if folder.parts and folder.parts[0].startswith("~"):
+        raise SpecError(
+            f"file_sd folder {folder.as_posix()!r} starts with '~': Prometheus does not expand"
+            " it, and this machine's home is not the server's",
+            remedy="set [monitoring] targets_dir or --targets-dir to the path as the Prometheus"
+            " server sees it",
+        )
+    return folder
+
+
 def prometheus_yml(
     spec: ClusterSpec,
     *,
@@ -154,19 +182,28 @@ def prometheus_yml(
     """Content of ``prometheus.yml`` (check it: ``promtool check config``).
 
     ``targets_dir`` is the file_sd directory as the Prometheus server sees it (default
-    :func:`gpuspark.cluster.monitor_dirs.targets_dir` of ``spec``). ``embedded`` selects the
-    embedded-cluster variant; by default the production one: the spec's nodes, the rule files
-    under ``rules/`` and Alertmanager at :data:`ALERTMANAGER_ADDRESS`.
+    :func:`rendered_targets`: the spec's ``[monitoring] targets_dir``, else ``targets/``
+    beside the file). ``embedded`` selects the embedded-cluster variant; by default the
+    production one: the spec's nodes, the rule files under ``rules/`` and Alertmanager at
+    :data:`ALERTMANAGER_ADDRESS`.
     """
 
-    folder = Path(targets_dir).expanduser() if targets_dir is not None else default_targets(spec)
-    text = dump_yaml(_document(spec, folder.absolute(), embedded))
+    folder = rendered_targets(spec, targets_dir)
+    text = dump_yaml(_document(spec, folder, embedded))
     what = "embedded cluster" if embedded is not None else f"cluster '{spec.name}'"
     header = (
         f"# Prometheus configuration for {what}, rendered by gpuspark from its spec.\n"
         "# Edit the spec and render again rather than editing this file.\n"
-        f"# Runs and Spark applications appear as file_sd targets under {folder.absolute()}.\n"
+        f"# Runs and Spark applications appear as file_sd targets under {folder.as_posix()}"
     )
+    if folder.is_absolute():
+        header += ".\n"
+    else:
+        header += (
+            "/ beside this file.\n"
+            "# The drivers write them into [monitoring] targets_dir: make that the same folder\n"
+            "# (shared with the Prometheus server), or render with --targets-dir PATH.\n"
+        )
     note = (
         "# Alertmanager (alertmanager.yml, rendered alongside) on its default port; change the\n"
         "# address if it runs elsewhere.\n"

@@ -52,8 +52,9 @@ def render_monitoring(
     ``alertmanager.yml``, ``runbook.md`` and the Grafana dashboards with their provisioning
     files under ``grafana/``.
 
-    ``targets_dir`` is the file_sd directory as the Prometheus server sees it (default: the
-    spec's ``[monitoring] targets_dir`` or ``~/.gpuspark/monitor/targets``).
+    ``targets_dir`` is the file_sd directory as the Prometheus server sees it, written as
+    given (default: the spec's ``[monitoring] targets_dir``, else ``targets/`` relative to
+    ``prometheus.yml``): nothing of the rendering machine's paths goes into the files.
     """
 
     files = {

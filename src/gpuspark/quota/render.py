@@ -47,9 +47,8 @@ def render_quota(spec: ClusterSpec, scheduler: str, **opts: Any) -> dict[str, st
 
 def quota_notes(spec: ClusterSpec, scheduler: str, **opts: Any) -> list[str]:
     """What the files of :func:`render_quota` mean and leave to do (same options)."""
-    backend = backend_for_renderer(scheduler)
-    notes = [] if spec.teams else ["the spec has no [[teams]]: every job shares one queue"]
-    return notes + backend.notes(spec, scheduler, **opts)
+    # Each renderer says what a spec without [[teams]] gets: the queue it names is its own.
+    return backend_for_renderer(scheduler).notes(spec, scheduler, **opts)
 
 
 def k8s_options(

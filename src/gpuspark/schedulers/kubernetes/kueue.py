@@ -1,7 +1,11 @@
 """Team GPU quotas as Kueue objects: a ``ResourceFlavor`` per GPU model, a ``ClusterQueue`` per
 team in one cohort (guaranteed GPUs as ``nominalQuota``, max - guaranteed as
 ``borrowingLimit``), a ``LocalQueue`` in each team's namespace, a ``WorkloadPriorityClass`` per
-team, and the Spark settings that put a job's pods on the team's queue."""
+team, and the Spark settings that put a job's pods on the team's queue.
+
+A spec without ``[[teams]]`` gets one working queue for everyone: the ClusterQueue
+``gpuspark-shared`` with all the GPUs, its LocalQueue in the shared namespace (``[kubernetes]
+namespace``) and ``spark-kueue.conf``."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ __all__ = [
     "KUEUE_FILE",
     "PRIORITY_LABEL",
     "QUEUE_LABEL",
+    "SHARED_CONF_FILE",
     "SHARED_QUEUE",
     "Flavor",
     "flavors",
@@ -46,7 +51,10 @@ GPU_LABEL = "nvidia.com/gpu.product"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 SHARED_QUEUE = "gpuspark-shared"
-"""ClusterQueue holding the GPUs no team is guaranteed: it only lends them to the cohort."""
+"""ClusterQueue holding the GPUs no team is guaranteed: it only lends them to the cohort.
+Without ``[[teams]]`` it holds all the GPUs and the shared namespace submits to it."""
+SHARED_CONF_FILE = "spark-kueue.conf"
+"""The Spark settings of every job when the spec has no ``[[teams]]``."""
 _COVERED = (GPU_RESOURCE, "cpu", "memory")
 
 
@@ -146,19 +154,29 @@ def _cohort_field(api: str) -> str:
 
 
 def _shared_queue(spec: ClusterSpec, api: str, found: list[Flavor]) -> dict[str, Any] | None:
-    """The unguaranteed GPUs (per flavor), lent to the cohort; no namespace may submit to it."""
+    """The unguaranteed GPUs (per flavor), lent to the cohort; no namespace may submit to it,
+    except the shared namespace when the spec has no teams (then it holds every GPU)."""
     used = [0] * len(found)
     for team in spec.teams:
         used = [u + n for u, n in zip(used, _split(team.guaranteed_gpus, found), strict=True)]
     rest = [max(0, f.gpus - u) for f, u in zip(found, used, strict=True)]
     if not any(rest):
         return None
+    admits = {}
+    if not spec.teams:  # nil namespaceSelector admits nothing; this one the shared namespace
+        admits = {
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": spec.kubernetes.namespace}
+            },
+            "queueingStrategy": "BestEffortFIFO",
+        }
     return {
         "apiVersion": f"kueue.x-k8s.io/{api}",
         "kind": "ClusterQueue",
         "metadata": {"name": SHARED_QUEUE},
         "spec": {
             _cohort_field(api): kube_name(spec.name),
+            **admits,
             "resourceGroups": [
                 {
                     "coveredResources": list(_COVERED),
@@ -175,7 +193,8 @@ def _shared_queue(spec: ClusterSpec, api: str, found: list[Flavor]) -> dict[str,
 def kueue_objects(
     spec: ClusterSpec, *, api: str = "v1beta2", namespace_prefix: str = ""
 ) -> list[dict[str, Any]]:
-    """Every Kueue object, in the order ``kubectl apply`` needs them."""
+    """Every Kueue object, in the order ``kubectl apply`` needs them (without teams: the
+    flavors, :data:`SHARED_QUEUE` and its LocalQueue in the shared namespace)."""
     _cohort_field(api)
     names = unique_names(spec, kube_name, "Kueue", SHARED_QUEUE)
     found = flavors(spec)
@@ -213,6 +232,16 @@ def kueue_objects(
                 "spec": {"clusterQueue": name},
             }
         )
+    if not spec.teams and shared is not None:
+        namespace = spec.kubernetes.namespace
+        docs.append(
+            {
+                "apiVersion": group,
+                "kind": "LocalQueue",
+                "metadata": {"name": SHARED_QUEUE, "namespace": namespace},
+                "spec": {"clusterQueue": SHARED_QUEUE},
+            }
+        )
     return docs
 
 
@@ -237,14 +266,22 @@ def kube_label_value(text: str) -> str:
     return value.rstrip("-_.") or "unknown"
 
 
-def kueue_spark_conf(spec: ClusterSpec, team: str, *, namespace_prefix: str = "") -> dict[str, str]:
+def kueue_spark_conf(
+    spec: ClusterSpec, team: str | None, *, namespace_prefix: str = ""
+) -> dict[str, str]:
     """Spark properties that put an application's driver and executor pods on ``team``'s
-    LocalQueue (pod labels read by Kueue's pod integration)."""
-    name = kube_name(find_team(spec, team).name)
-    conf = {"spark.kubernetes.namespace": namespace_prefix + name}
+    LocalQueue (pod labels read by Kueue's pod integration); ``team`` None: on
+    :data:`SHARED_QUEUE` in the shared namespace (a spec without teams)."""
+    if team is None:
+        conf = {"spark.kubernetes.namespace": spec.kubernetes.namespace}
+        labels = {QUEUE_LABEL: SHARED_QUEUE}
+    else:
+        name = kube_name(find_team(spec, team).name)
+        conf = {"spark.kubernetes.namespace": namespace_prefix + name}
+        labels = {QUEUE_LABEL: name, PRIORITY_LABEL: f"{name}-priority"}
     for role in ("driver", "executor"):
-        conf[f"spark.kubernetes.{role}.label.{QUEUE_LABEL}"] = name
-        conf[f"spark.kubernetes.{role}.label.{PRIORITY_LABEL}"] = f"{name}-priority"
+        for label, value in labels.items():
+            conf[f"spark.kubernetes.{role}.label.{label}"] = value
     conf["spark.executor.resource.gpu.vendor"] = "nvidia.com"
     conf["spark.dynamicAllocation.enabled"] = "false"
     return conf
@@ -253,12 +290,10 @@ def kueue_spark_conf(spec: ClusterSpec, team: str, *, namespace_prefix: str = ""
 def kueue_notes(spec: ClusterSpec, *, api: str = "v1beta2") -> list[str]:
     """What the rendered Kueue objects mean and what they leave to the administrator."""
     field = _cohort_field(api)
-    return [
+    notes = [
+        _queues_note(spec),
         f"kueue.x-k8s.io/{api}: the cohort is spec.{field} ('{kube_name(spec.name)}');"
         " --kueue-api picks v1beta1 (cohort) or v1beta2 (cohortName)",
-        "nominalQuota = guaranteed GPUs, borrowingLimit = max_gpus - guaranteed; cpu and memory"
-        f" go with the GPUs' share of the nodes; '{SHARED_QUEUE}' holds the unguaranteed GPUs"
-        " and only lends them",
         f"ResourceFlavors select nodes by {GPU_LABEL} (set by NVIDIA GPU feature discovery):"
         " make the values match your nodes' labels",
         "Kueue's SparkApplication integration rejects dynamic allocation: the Spark settings"
@@ -266,14 +301,34 @@ def kueue_notes(spec: ClusterSpec, *, api: str = "v1beta2") -> list[str]:
         "plain spark-submit pods are not admitted atomically: Kueue's pod integration (enable"
         " 'pod' in its Configuration) admits the driver and each executor pod on its own, so a"
         " driver can start while its executors wait; use SparkApplication for all-or-nothing",
-        "create the teams' namespaces before applying kueue.yaml (LocalQueues live in them)",
     ]
+    if spec.teams:
+        notes.append(
+            "create the teams' namespaces before applying kueue.yaml (LocalQueues live in them)"
+        )
+    return notes
+
+
+def _queues_note(spec: ClusterSpec) -> str:
+    if not spec.teams:
+        return (
+            f"the spec has no [[teams]]: every job shares one queue, ClusterQueue"
+            f" '{SHARED_QUEUE}' with all {spec.total_gpus} GPUs, through its LocalQueue in"
+            f" namespace '{spec.kubernetes.namespace}' ([kubernetes] namespace: create it"
+            f" first); submit with {SHARED_CONF_FILE}"
+        )
+    return (
+        "nominalQuota = guaranteed GPUs, borrowingLimit = max_gpus - guaranteed; cpu and memory"
+        f" go with the GPUs' share of the nodes; '{SHARED_QUEUE}' holds the unguaranteed GPUs"
+        " and only lends them"
+    )
 
 
 def render_kueue(
     spec: ClusterSpec, *, api: str = "v1beta2", namespace_prefix: str = ""
 ) -> dict[str, str]:
-    """``kueue.yaml`` (all objects) and one ``spark-kueue-TEAM.conf`` per team."""
+    """``kueue.yaml`` (all objects) and one ``spark-kueue-TEAM.conf`` per team (without
+    teams: one :data:`SHARED_CONF_FILE` for every job)."""
     notes = kueue_notes(spec, api=api)
     header = [
         f"Kueue quotas for cluster '{spec.name}', rendered by gpuspark from its spec.",
@@ -286,5 +341,10 @@ def render_kueue(
         conf = kueue_spark_conf(spec, team.name, namespace_prefix=namespace_prefix)
         files[f"spark-kueue-{kube_name(team.name)}.conf"] = spark_conf_text(
             f"Spark on Kubernetes + Kueue settings for team '{team.name}'.", conf
+        )
+    if not spec.teams:
+        files[SHARED_CONF_FILE] = spark_conf_text(
+            f"Spark on Kubernetes + Kueue settings for every job (queue '{SHARED_QUEUE}').",
+            kueue_spark_conf(spec, None),
         )
     return files

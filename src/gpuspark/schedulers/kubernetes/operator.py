@@ -97,9 +97,9 @@ def _owned(key: str) -> bool:
 
 def _scheduling(spec: ClusterSpec, job: Job) -> tuple[dict[str, str], dict[str, Any]]:
     """(labels of the SparkApplication, scheduler fields of its spec) for the flavour."""
-    if job.team is None:
-        return {}, {}
     kind = flavour(spec)
+    if job.team is None:  # no teams: Kueue's one shared queue (kueue_objects), else none
+        return ({kueue.QUEUE_LABEL: kueue.SHARED_QUEUE} if kind == "kueue" else {}), {}
     if kind == "volcano":
         return {}, {
             "batchScheduler": "volcano",

@@ -182,6 +182,9 @@ def _job_conf(spec: ClusterSpec, job: Job, conf_dir: str | None) -> dict[str, st
     if job.team is not None:
         template = _ref(conf_dir, _podgroup_file(job))
         conf.update(team_settings(spec, job.team, podgroup_template=template, priority=True))
+    elif flavour(spec) == "kueue":  # no teams: the one shared LocalQueue kueue_objects renders
+        for role in ("driver", "executor"):
+            conf[f"spark.kubernetes.{role}.label.{kueue.QUEUE_LABEL}"] = kueue.SHARED_QUEUE
     if job.dynamic:
         conf.update(
             {
@@ -371,7 +374,14 @@ def render_k8s(
 
 def k8s_notes(spec: ClusterSpec, *, conf_dir: str | None = None) -> list[str]:
     """What the files of :func:`render_k8s` mean and leave to the administrator."""
-    notes = [
+    notes = []
+    if not spec.teams:
+        queue = f" in Kueue's '{kueue.SHARED_QUEUE}' queue" if flavour(spec) == "kueue" else ""
+        notes.append(
+            "the spec has no [[teams]]: every job runs in namespace"
+            f" '{spec.kubernetes.namespace}'{queue} (spark/data.conf, spark/train.conf)"
+        )
+    notes += [
         "kubectl apply -f cluster/ creates the namespaces first; the queue and monitoring"
         " objects need their operators' CRDs (Kueue or Volcano; the Prometheus operator)",
         "spark-submit: cd spark/ && SPARK_CONF_DIR=$PWD spark-submit --master"

@@ -1,6 +1,10 @@
 """Team GPU quotas as Volcano objects: a ``Queue`` per team (``capability`` = max, ``guarantee``
 = guaranteed, ``weight`` from priority) and the PodGroup template Spark's Volcano feature step
-reads (``spark.kubernetes.scheduler.volcano.podGroupTemplateFile``)."""
+reads (``spark.kubernetes.scheduler.volcano.podGroupTemplateFile``).
+
+A spec without ``[[teams]]`` gets one working queue for everyone: ``gpuspark-shared``, capped
+at all the GPUs, with its PodGroup template and ``spark-volcano.conf`` (the shared namespace,
+``[kubernetes] namespace``)."""
 
 from __future__ import annotations
 
@@ -26,11 +30,14 @@ __all__ = [
     "DRIVER_CORES",
     "DRIVER_MEMORY_MIB",
     "FEATURE_STEP",
+    "SHARED_CONF_FILE",
+    "SHARED_QUEUE",
     "VOLCANO_API",
     "VOLCANO_QUEUES_FILE",
     "podgroup_file",
     "podgroup_template",
     "render_volcano",
+    "shared_queue",
     "volcano_notes",
     "volcano_queue",
     "volcano_spark_conf",
@@ -42,6 +49,10 @@ FEATURE_STEP = "org.apache.spark.deploy.k8s.features.VolcanoFeatureStep"
 DRIVER_CORES = 1
 DRIVER_MEMORY_MIB = 1024 + 384
 """Spark's default driver: 1 core, 1g heap plus the 384m minimum overhead."""
+SHARED_QUEUE = "gpuspark-shared"
+"""The one Queue of a spec without ``[[teams]]`` (Volcano's own ``default`` is left alone)."""
+SHARED_CONF_FILE = "spark-volcano.conf"
+"""The Spark settings of every job when the spec has no ``[[teams]]``."""
 
 
 def _resources(spec: ClusterSpec, gpus: int) -> dict[str, Any]:
@@ -65,13 +76,33 @@ def volcano_queue(spec: ClusterSpec, team: Team) -> dict[str, Any]:
     }
 
 
-def podgroup_template(spec: ClusterSpec, team: str, *, min_executors: int = 1) -> dict[str, Any]:
-    """The PodGroup template for ``team``: its queue, and ``minResources`` for the driver plus
-    ``min_executors`` executors (at most the team's cap), which Volcano reserves before it
-    starts the application."""
+def shared_queue(spec: ClusterSpec) -> dict[str, Any]:
+    """The Queue every job shares when the spec has no teams: capped at all the GPUs."""
+    return {
+        "apiVersion": VOLCANO_API,
+        "kind": "Queue",
+        "metadata": {"name": SHARED_QUEUE},
+        "spec": {"weight": 1, "reclaimable": True, "capability": _resources(spec, spec.total_gpus)},
+    }
+
+
+def _queue_and_cap(spec: ClusterSpec, team: str | None) -> tuple[str, int]:
+    """(queue name, most executors of one application) of ``team``; ``None``: the shared
+    queue of a spec without teams, whose applications may hold every GPU."""
+    if team is None:
+        return SHARED_QUEUE, max(1, spec.total_gpus // spec.spark.executor_gpus)
     found = find_team(spec, team)
-    caps = team_caps(spec, found)
-    executors = max(1, min(min_executors, caps.max_executors))
+    return kube_name(found.name), team_caps(spec, found).max_executors
+
+
+def podgroup_template(
+    spec: ClusterSpec, team: str | None, *, min_executors: int = 1
+) -> dict[str, Any]:
+    """The PodGroup template for ``team`` (``None``: the shared queue): its queue, and
+    ``minResources`` for the driver plus ``min_executors`` executors (at most the team's
+    cap), which Volcano reserves before it starts the application."""
+    queue, cap = _queue_and_cap(spec, team)
+    executors = max(1, min(min_executors, cap))
     s = spec.spark
     memory = DRIVER_MEMORY_MIB + executors * executor_memory_mib(
         s.executor_memory, s.conf.get("spark.executor.memoryOverhead")
@@ -80,7 +111,7 @@ def podgroup_template(spec: ClusterSpec, team: str, *, min_executors: int = 1) -
         "apiVersion": VOLCANO_API,
         "kind": "PodGroup",
         "spec": {
-            "queue": kube_name(found.name),
+            "queue": queue,
             "minMember": 1,
             "minResources": {
                 GPU_RESOURCE: executors * s.executor_gpus,
@@ -91,22 +122,27 @@ def podgroup_template(spec: ClusterSpec, team: str, *, min_executors: int = 1) -
     }
 
 
-def podgroup_file(team: str) -> str:
-    """File name of ``team``'s PodGroup template."""
-    return f"volcano-podgroup-{kube_name(team)}.yaml"
+def podgroup_file(team: str | None) -> str:
+    """File name of ``team``'s PodGroup template (``None``: the shared queue's)."""
+    return f"volcano-podgroup-{kube_name(team)}.yaml" if team else "volcano-podgroup.yaml"
 
 
 def volcano_spark_conf(
-    spec: ClusterSpec, team: str, *, template_dir: str | None = None, namespace_prefix: str = ""
+    spec: ClusterSpec,
+    team: str | None,
+    *,
+    template_dir: str | None = None,
+    namespace_prefix: str = "",
 ) -> dict[str, str]:
-    """Spark properties that schedule ``team``'s application with Volcano in its queue;
-    ``template_dir``: where the PodGroup template will be when ``spark-submit`` runs (default:
-    its bare file name, relative to where ``spark-submit`` runs)."""
-    found = find_team(spec, team)
-    name = kube_name(found.name)
-    template = podgroup_file(found.name)
+    """Spark properties that schedule ``team``'s application with Volcano in its queue
+    (``None``: the shared queue, in the shared namespace); ``template_dir``: where the PodGroup
+    template will be when ``spark-submit`` runs (default: its bare file name, relative to
+    where ``spark-submit`` runs)."""
+    queue, cap = _queue_and_cap(spec, team)
+    namespace = namespace_prefix + queue if team else spec.kubernetes.namespace
+    template = podgroup_file(team)
     conf = {
-        "spark.kubernetes.namespace": namespace_prefix + name,
+        "spark.kubernetes.namespace": namespace,
         "spark.kubernetes.scheduler.name": "volcano",
         "spark.kubernetes.driver.pod.featureSteps": FEATURE_STEP,
         "spark.kubernetes.executor.pod.featureSteps": FEATURE_STEP,
@@ -114,25 +150,37 @@ def volcano_spark_conf(
             f"{template_dir.rstrip('/')}/{template}" if template_dir else template
         ),
         "spark.executor.resource.gpu.vendor": "nvidia.com",
+        # spark.cores.max means nothing on Kubernetes: the executors are the cap
+        "spark.dynamicAllocation.maxExecutors": str(cap),
     }
-    caps = team_caps(spec, found).conf()  # spark.cores.max means nothing on Kubernetes
-    conf["spark.dynamicAllocation.maxExecutors"] = caps["spark.dynamicAllocation.maxExecutors"]
     return conf
 
 
 def volcano_notes(spec: ClusterSpec) -> list[str]:
     """What the rendered Volcano objects mean and what they leave to the administrator."""
+    if spec.teams:
+        queues = (
+            "each team's Queue: capability = max_gpus, guarantee.resource = guaranteed_gpus"
+            " (cpu and memory go with the GPUs' share of the nodes), weight = priority + 1"
+            " divides what is left; Volcano's own 'default' queue stays for everyone else"
+        )
+        conf, cap = "spark-volcano-TEAM.conf", "max_gpus"
+    else:
+        queues = (
+            f"the spec has no [[teams]]: every job shares one queue, '{SHARED_QUEUE}', capped at"
+            f" all {spec.total_gpus} GPUs, in namespace '{spec.kubernetes.namespace}'"
+            f" ([kubernetes] namespace: create it first); submit with {SHARED_CONF_FILE}"
+        )
+        conf, cap = SHARED_CONF_FILE, "the cluster's GPUs"
     return [
-        "each team's Queue: capability = max_gpus, guarantee.resource = guaranteed_gpus"
-        " (cpu and memory go with the GPUs' share of the nodes), weight = priority + 1 divides"
-        " what is left; Volcano's own 'default' queue stays for everyone else",
+        queues,
         "the PodGroup template's minResources covers the driver and the first executor(s):"
         " Volcano starts the application only when they fit; executors beyond that are"
         " scheduled as they are asked for, within the queue's capability",
-        "needs Spark >= 3.3 built with -Pvolcano and Volcano >= 1.5.1; spark-volcano-TEAM.conf"
+        f"needs Spark >= 3.3 built with -Pvolcano and Volcano >= 1.5.1; {conf}"
         " names its PodGroup template relative to the folder it is in: run spark-submit there"
         " (Spark reads the template where it submits)",
-        "spark.dynamicAllocation.maxExecutors keeps one application within max_gpus, as on"
+        f"spark.dynamicAllocation.maxExecutors keeps one application within {cap}, as on"
         " standalone",
     ]
 
@@ -145,7 +193,7 @@ def render_volcano(
     min_executors: int = 1,
 ) -> dict[str, str]:
     """``volcano-queues.yaml``, one PodGroup template and one ``spark-volcano-TEAM.conf`` per
-    team."""
+    team (without teams: the shared queue, its template and :data:`SHARED_CONF_FILE`)."""
     unique_names(spec, kube_name, "Volcano", DEFAULT_QUEUE)
     notes = volcano_notes(spec)
     header = [
@@ -153,18 +201,18 @@ def render_volcano(
         f"Apply with: kubectl apply -f {VOLCANO_QUEUES_FILE}",
         *(f"Note: {n}" for n in notes),
     ]
-    files = {
-        VOLCANO_QUEUES_FILE: yaml_documents(header, [volcano_queue(spec, t) for t in spec.teams])
-    }
-    for team in spec.teams:
-        pg = podgroup_template(spec, team.name, min_executors=min_executors)
-        files[podgroup_file(team.name)] = yaml_documents(
-            [f"PodGroup template for team '{team.name}' (Spark's Volcano feature step)."], [pg]
+    queues = [volcano_queue(spec, t) for t in spec.teams] or [shared_queue(spec)]
+    files = {VOLCANO_QUEUES_FILE: yaml_documents(header, queues)}
+    names: list[str | None] = [t.name for t in spec.teams] or [None]
+    for team in names:
+        whose = f"team '{team}'" if team else f"every job (queue '{SHARED_QUEUE}')"
+        pg = podgroup_template(spec, team, min_executors=min_executors)
+        files[podgroup_file(team)] = yaml_documents(
+            [f"PodGroup template for {whose} (Spark's Volcano feature step)."], [pg]
         )
         conf = volcano_spark_conf(
-            spec, team.name, template_dir=template_dir, namespace_prefix=namespace_prefix
+            spec, team, template_dir=template_dir, namespace_prefix=namespace_prefix
         )
-        files[f"spark-volcano-{kube_name(team.name)}.conf"] = spark_conf_text(
-            f"Spark on Kubernetes + Volcano settings for team '{team.name}'.", conf
-        )
+        name = f"spark-volcano-{kube_name(team)}.conf" if team else SHARED_CONF_FILE
+        files[name] = spark_conf_text(f"Spark on Kubernetes + Volcano settings for {whose}.", conf)
     return files

@@ -188,6 +188,11 @@ def yarn_notes(spec: ClusterSpec, *, yarn_version: str = "3.3") -> list[str]:
     """What the rendered YARN files mean and what they leave to the administrator."""
     absolute = parse_yarn_version(yarn_version) >= ABSOLUTE_SINCE
     notes = []
+    if not spec.teams:
+        notes.append(
+            f"the spec has no [[teams]]: every job shares one queue, root.{DEFAULT_QUEUE}, with"
+            " all the cluster's GPUs"
+        )
     if absolute:
         notes.append(
             f"capacities are absolute [memory=MB,vcores=N,yarn.io/gpu=G] (YARN {yarn_version}"
