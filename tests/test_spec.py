@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -228,14 +229,20 @@ def test_unknown_key_without_a_close_match_lists_the_allowed_keys() -> None:
         (
             "executor_gpus = 1 ",
             "executor_gpus = 9 ",
-            "spark.executor_gpus=9 is above nodes[0].gpus_per_node=8; an executor runs on one"
-            " node (and 1 more)",
+            "2 problems: (1) spark.executor_gpus=9 is above nodes[0].gpus_per_node=8; an"
+            " executor runs on one node; (2) spark.executor_cores=16 gives 4 task slots per"
+            " executor (executor_cores / task_cpus = 16 / 4) but the GPUs give 36 (executor_gpus"
+            " / task_gpu_amount = 9 / 0.25); Spark would leave GPU shares idle: set"
+            " executor_cores=144",
         ),
         (
             "executor_cores = 16 ",
             "executor_cores = 256 ",
-            "spark.executor_cores=256 is above nodes[0].cpu_cores=128; an executor runs on one"
-            " node (and 1 more)",
+            "2 problems: (1) spark.executor_cores=256 is above nodes[0].cpu_cores=128; an"
+            " executor runs on one node; (2) spark.executor_cores=256 gives 64 task slots per"
+            " executor (executor_cores / task_cpus = 256 / 4) but the GPUs give 4 (executor_gpus"
+            " / task_gpu_amount = 1 / 0.25); Spark would leave cores idle: set executor_cores=16"
+            " or task_cpus=64",
         ),
         # unique names
         (
@@ -274,8 +281,9 @@ def test_unknown_key_without_a_close_match_lists_the_allowed_keys() -> None:
         (
             'name = "vision"',
             'name = "vision team"',
-            'teams[1].name="vision team": must start with a letter and use only letters,'
-            " digits, '_', '-' and '.'",
+            'teams[1].name="vision team": must start with an ASCII letter (A-Z, a-z) and use'
+            " only ASCII letters, digits, '_', '-' and '.': names become YARN queues and"
+            " Kubernetes objects, whose names are ASCII",
         ),
         (
             'hosts = ["dgx01", "dgx02"]',
@@ -328,10 +336,22 @@ def test_master_forms_accepted(master: str) -> None:
     assert spec.spark.master == master
 
 
-def test_several_errors_are_counted() -> None:
+def test_several_errors_are_all_shown() -> None:
+    """Every problem is on the line, numbered (a problem's own text may hold ';')."""
     text = _edit("gpus_per_node = 8", "gpus_per_node = -1", _edit("ram_gb = 2048", "ram_gb = 0"))
     assert _error(text) == (
-        "cluster.toml: nodes[0].gpus_per_node=-1: must be greater than 0 (and 1 more)"
+        "cluster.toml: 2 problems: (1) nodes[0].gpus_per_node=-1: must be greater than 0;"
+        " (2) nodes[0].ram_gb=0: must be greater than 0"
+    )
+
+
+def test_a_non_ascii_name_is_refused_saying_which_characters_and_why() -> None:
+    """``radiología``: í is a letter, but not one a YARN queue or a Kubernetes name takes."""
+    text = _edit('name = "radiology"', 'name = "radiología-é"')
+    assert _error(text) == (
+        'cluster.toml: teams[0].name="radiología-é": must start with an ASCII letter (A-Z,'
+        " a-z) and use only ASCII letters, digits, '_', '-' and '.': names become YARN queues"
+        " and Kubernetes objects, whose names are ASCII"
     )
 
 
@@ -416,6 +436,7 @@ def test_cli_init_writes_and_refuses_to_overwrite(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "conf" / "cluster.toml"
+    path.parent.mkdir()
     assert main(["init", str(path)]) == 0
     assert path.read_text() == example_spec()
     assert f"wrote {path}" in capsys.readouterr().out
@@ -427,6 +448,46 @@ def test_cli_init_writes_and_refuses_to_overwrite(
     assert main(["init", str(path), "--force"]) == 0
     assert path.read_text() == example_spec()
     assert sorted(p.name for p in path.parent.iterdir()) == ["cluster.toml"]  # no temp files
+
+
+def test_cli_init_expands_a_quoted_tilde(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gpuspark init '~/x.toml'`` (the shell left ``~`` alone) writes in the home folder,
+    not in a new folder named ``~``."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "~/x.toml"]) == 0
+    assert (tmp_path / "home" / "x.toml").read_text() == example_spec()
+    assert not (tmp_path / "~").exists()
+    assert f"--spec {tmp_path / 'home' / 'x.toml'}" in capsys.readouterr().out
+
+
+def test_cli_init_refuses_a_missing_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing folder is refused in one line that says how to make it; nothing is made."""
+    path = tmp_path / "no such" / "dir" / "x.toml"
+    assert main(["init", str(path)]) == 1
+    folder = shlex.quote(str(path.parent))
+    assert capsys.readouterr().err == (
+        f"error: init {path}: no folder to write in ({path.parent} does not exist) "
+        f"(create it first with mkdir -p {folder}, or name a file in an existing folder)\n"
+    )
+    assert not (tmp_path / "no such").exists()
+
+
+def test_cli_init_quotes_the_path_of_the_next_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The printed next command is one the shell runs as printed: the path is quoted."""
+    path = tmp_path / "my specs" / "team's.toml"
+    path.parent.mkdir()
+    assert main(["init", str(path)]) == 0
+    out = capsys.readouterr().out
+    command = out.split("check it with: ", 1)[1].strip()
+    assert shlex.split(command) == ["gpuspark", "validate", "--spec", str(path)]
 
 
 def test_cli_validate_good(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,6 +21,7 @@ import pytest
 from gpuspark.cli.main import main
 from gpuspark.cluster.machine import Machine, check_machine
 from gpuspark.cluster.shape import EmbeddedShape
+from gpuspark.cluster.state import ClusterState, NetnsHost, NetnsState, WorkerState, write_state
 from gpuspark.errors import ClusterError
 from gpuspark.spec import example_spec
 
@@ -79,7 +80,10 @@ def test_hosts_need_a_worker_each(tmp_path: Path, capsys: pytest.CaptureFixture[
     argv = ["cluster", "up", "--hosts", "3", "--workers", "2", "--state-dir", state]
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert "hosts=3 needs a worker on each host, but workers=2 would give only 2 host(s)" in err
+    assert (
+        "--hosts 3 (hosts=3) needs a worker on each host, but --workers 2 (workers=2) would give"
+        " only 2 host(s)"
+    ) in err
     assert not Path(state).exists()
     from gpuspark.cluster.local import LocalCluster
 
@@ -145,6 +149,53 @@ def test_up_with_another_shape_than_the_running_one_says_so(
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["master_pid"] == pid
     assert local_cluster.status().alive_workers == 2  # untouched
+
+
+def _netns_state(state_dir: Path, *, workers: bool = True) -> None:
+    """The ``cluster.json`` a ``cluster up --hosts 2 --netns`` leaves when it is killed, its
+    master (this test's own process, alive) still recorded: no root, no namespace needed."""
+    net = NetnsState("abc123", "gs-abc123-br", "198.18.0.1", 24, "")
+    net.hosts = [
+        NetnsHost(f"gpuspark-abc123-h{i}", f"gs-abc123-h{i}", "eth0", f"198.18.0.{2 + i}")
+        for i in range(2)
+    ]
+    state = ClusterState(
+        master_url="spark://198.18.0.1:7077",
+        host="198.18.0.1",
+        master_pid=os.getpid(),
+        master_port=7077,
+        webui_port=8080,
+        gpus_simulated=True,
+        shape=_shape(2).as_dict(),
+        hosts=2,
+        netns=net,
+    )
+    if workers:
+        state.workers = [
+            WorkerState(
+                i, os.getpid(), 7078, 8081, 2, "1g", ["0", "1"], "w.log", f"198.18.0.{2 + i}"
+            )
+            for i in range(2)
+        ]
+    state_dir.mkdir()
+    write_state(state_dir / "cluster.json", state)
+
+
+@pytest.mark.parametrize("workers", [True, False])
+def test_plain_up_names_the_running_clusters_own_addresses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: bool
+) -> None:
+    """After a killed ``cluster up --hosts 2 --netns``, a plain ``cluster up`` said the running
+    cluster was on ``2 hosts 127.0.0.2-3`` while ``cluster status`` said 198.18.0.2-3."""
+    state = tmp_path / "state"
+    _netns_state(state, workers=workers)
+    assert main(["cluster", "up", "--state-dir", str(state)]) == 1
+    err = capsys.readouterr().err
+    assert "runs 2 workers of 2 cores, 1g, 2 GPUs each on 2 hosts 198.18.0.2-3 in network" in err
+    assert "127.0.0.2" not in err and "(network namespaces on -> off)" in err
+    asked = main(["cluster", "up", "--hosts", "3", "--netns", "--state-dir", str(state)])
+    assert asked == 1
+    assert "this request is 3 workers of" in capsys.readouterr().err  # no address invented
 
 
 def _team_spec(tmp_path: Path) -> Path:

@@ -95,7 +95,8 @@ def test_plan_shards_size_cap_and_explicit_count() -> None:
     assert layout == [None] * 4  # 1000 bytes of input, 250 per shard
     layout, _ = deal_shards(series, world_size=2, num_shards=6, tasks=1, shard_bytes=10**9)
     assert layout == [None] * 6
-    with pytest.raises(PrepError, match="num_shards=3 must be a positive multiple"):
+    multiple = r"--num-shards 3 \(num_shards=3\) must be a positive multiple of --world-size 2"
+    with pytest.raises(PrepError, match=multiple):
         deal_shards(series, world_size=2, num_shards=3, tasks=1, shard_bytes=1)
     assert deal_shards({}, world_size=2, num_shards=None, tasks=4, shard_bytes=1) == (
         [None, None],

@@ -86,7 +86,8 @@ def test_refuses_existing_dataset_and_overwrite_is_atomic(tmp_path: Path):
     with ShardWriter(tmp_path / "ds") as w:
         w.write(_sample(1))
     old_files = {p.name for p in (tmp_path / "ds").iterdir()}
-    with pytest.raises(DatasetExistsError, match="overwrite=True"):
+    # flag first, then the Python keyword: the same message serves the CLI and the library
+    with pytest.raises(DatasetExistsError, match=r"pass --overwrite \(overwrite=True\)"):
         ShardWriter(tmp_path / "ds")
     # a failed overwrite keeps the old dataset intact
     with pytest.raises(RuntimeError), ShardWriter(tmp_path / "ds", overwrite=True) as w:

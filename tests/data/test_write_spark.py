@@ -107,7 +107,9 @@ def test_hash_keys_match_spark_hash(spark):
 
 def test_write_dataframe_rejects_bad_arguments(spark, tmp_path: Path):
     df = _frame(spark, 10, 1)
-    with pytest.raises(fmt.GpusparkError, match="not a multiple of world_size"):
+    with pytest.raises(
+        fmt.GpusparkError, match=r"not a multiple of --world-size 4 \(world_size=4\)"
+    ):
         write_dataframe(df, tmp_path / "a", num_shards=6, world_size=4)
     with pytest.raises(fmt.GpusparkError, match="did you mean 'split'"):
         write_dataframe(df, tmp_path / "b", split_col="splitt")

@@ -35,10 +35,16 @@ def _req(**kw: Any) -> Any:
 @pytest.mark.parametrize(
     ("kw", "says"),
     [
-        ({"min_ranks": 0}, "min_ranks=0 must be a whole number from 1 to num_processes (4)"),
-        ({"min_ranks": 5}, "min_ranks=5 must be a whole number from 1 to num_processes (4)"),
-        ({"min_ranks": 1, "processes_per_task": 2}, "not a multiple of processes_per_task=2"),
-        ({"min_ranks": 2, "max_attempts": 1}, "needs a retry to act on: max_attempts is 1"),
+        ({"min_ranks": 0}, "--min-ranks 0 (min_ranks=0) must be a whole number from 1 to 4"),
+        ({"min_ranks": 5}, "--min-ranks 5 (min_ranks=5) must be a whole number from 1 to 4"),
+        (
+            {"min_ranks": 1, "processes_per_task": 2},
+            "not a multiple of --nproc-per-node 2 (processes_per_task=2)",
+        ),
+        (
+            {"min_ranks": 2, "max_attempts": 1},
+            "needs a retry to act on: --max-attempts 1 (max_attempts=1)",
+        ),
         ({"min_ranks": 2, "local": True}, "--local runs every rank on this machine"),
     ],
 )

@@ -43,8 +43,12 @@ def test_check_capacity_says_needed_and_available() -> None:
     busy = ExecutorCapacity(2, 8, 2, running_tasks=4, task_gpu_amount=0.25)
     with pytest.raises(LaunchError, match="3 GPUs and 12 cores free"):
         check_capacity(4, 1, busy)
-    with pytest.raises(LaunchError, match="needs 4 GPUs but each executor has 2"):
+    with pytest.raises(LaunchError, match="needs 4 GPUs but each executor has 2") as exc:
         check_capacity(1, 4, cap)
+    assert exc.value.remedy is not None  # flags first, then the Python keywords
+    assert exc.value.remedy.startswith(
+        "lower --nproc-per-node (processes_per_task) or --gpus-per-process (gpus_per_process)"
+    )
 
 
 def test_check_python_names_both_versions() -> None:

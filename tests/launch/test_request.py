@@ -16,10 +16,13 @@ def _req(**kw: Any) -> LaunchRequest:
 
 
 def test_request_rejects_uneven_split_with_remedy() -> None:
+    """The message names the flags first, then the Python keywords (issue 17)."""
     with pytest.raises(LaunchError) as exc:
         _req(num_processes=5, processes_per_task=2)
-    assert "num_processes=5 is not a multiple of processes_per_task=2" in str(exc.value)
-    assert "num_processes=4, 6" in str(exc.value)
+    assert exc.value.message == (
+        "-n 5 (num_processes=5) is not a multiple of --nproc-per-node 2 (processes_per_task=2)"
+    )
+    assert exc.value.remedy == "use -n 4, 6, or another --nproc-per-node"
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import cloudpickle
 
-from gpuspark.launch.results import rank0_value, result_error
+from gpuspark.launch import make_request
+from gpuspark.launch.results import rank0_value, result_error, timeout_error
 
 
 def test_result_comes_from_the_task_holding_rank_0() -> None:
@@ -86,3 +87,10 @@ def test_host_lost_error_says_which_host_and_how_to_retry(tmp_path: Path) -> Non
     assert err.host == "127.0.0.3"
     assert str(err).startswith(f"host 127.0.0.3 was lost during the launch of {script}")
     assert "--max-attempts 2" in str(err) and "\n" not in str(err)
+
+
+def test_timeout_error_names_the_flag_then_the_keyword() -> None:
+    """``--timeout`` on the command line, ``timeout=`` from Python: the remedy says both."""
+    req = make_request(print, num_processes=2, local=True, gpus_per_process=0, timeout=5)
+    err = timeout_error(req)
+    assert err.remedy is not None and err.remedy.startswith("raise --timeout (timeout=),")

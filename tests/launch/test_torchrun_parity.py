@@ -166,7 +166,7 @@ def test_run_leaves_the_new_option_names_to_the_function() -> None:
 @pytest.mark.parametrize(
     ("argv", "text"),
     [
-        (["--tee", "{script}"], "tee (--tee) shows every rank"),
+        (["--tee", "{script}"], "--tee (tee=True) shows every rank"),
         (["--log-dir", "{script}", "{script}"], "is a file, not a folder"),
         (["--log-dir", "{script}/logs", "{script}"], "a file, not a folder"),
         (["-m", "toypkg/show.py"], "not a module name"),

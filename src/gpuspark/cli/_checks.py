@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -24,11 +25,13 @@ def check_output_file(path: Path, option: str) -> None:
     folder = target.parent
     if not folder.is_dir():
         blocker = _first_non_folder(folder)
-        what = f"{blocker} is a file" if os.path.lexists(blocker) else f"{folder} does not exist"
-        raise GpusparkError(
-            f"{option} {path}: no folder to write in ({what})",
-            remedy="name a file in an existing folder",
-        )
+        remedy = "name a file in an existing folder"
+        if os.path.lexists(blocker):
+            what = f"{blocker} is a file"
+        else:
+            what = f"{folder} does not exist"
+            remedy = f"create it first with mkdir -p {shlex.quote(str(folder))}, or {remedy}"
+        raise GpusparkError(f"{option} {path}: no folder to write in ({what})", remedy=remedy)
     problem = _write_problem(folder)
     if problem is not None:
         raise GpusparkError(

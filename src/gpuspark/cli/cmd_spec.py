@@ -3,12 +3,14 @@ cluster spec and what is rendered from it."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from gpuspark.cli._checks import check_output_file
 from gpuspark.cli._common import (
     JsonOpt,
     SpecFileArg,
@@ -52,13 +54,14 @@ def init(
 
         sys.stdout.write(example_spec())
         return
+    file = file.expanduser()  # a quoted '~/x.toml' names the home folder, as the shell's ~
     if file.is_dir():
         raise SpecError(
             f"{file} is a directory", remedy=f"name the file to write, e.g. {file / 'cluster.toml'}"
         )
-    check_dir_option(file.parent, f"the folder of {file}:")
+    check_output_file(file, "init")  # its folder must exist: a typo makes no folders
     write_example(file, force=force)
-    typer.echo(f"wrote {file}; check it with: gpuspark validate --spec {file}")
+    typer.echo(f"wrote {file}; check it with: gpuspark validate --spec {shlex.quote(str(file))}")
 
 
 def validate(
@@ -211,8 +214,9 @@ def render_monitoring_cmd(
         Path | None,
         typer.Option(
             "--targets-dir",
-            help="file_sd directory as the Prometheus server sees it "
-            "[default: the spec's [monitoring] targets_dir, else ~/.gpuspark/monitor/targets].",
+            help="file_sd directory as the Prometheus server sees it, written as given"
+            " (relative: to prometheus.yml's folder) [default: the spec's [monitoring]"
+            " targets_dir, else targets/ beside prometheus.yml].",
         ),
     ] = None,
     overwrite: OverwriteOpt = False,

@@ -118,7 +118,7 @@ def _memory(mb: int) -> str:
 def _workers(spec: ClusterSpec, want: int | None, real_gpus: int, notes: list[str]) -> int:
     if want is not None:
         if want < 1:
-            raise ClusterError(f"workers={want} must be at least 1")
+            raise ClusterError(f"--workers {want} (workers={want}) must be at least 1")
         return want
     limit = max(1, min(4, os.cpu_count() or 1))
     workers = min(spec.total_hosts, limit)
@@ -135,11 +135,11 @@ def _gpus_per_worker(
     per_node = max(g.gpus_per_node for g in spec.nodes)
     if want is not None:
         if want < 0:
-            raise ClusterError(f"gpus={want} must be 0 or more")
+            raise ClusterError(f"--gpus {want} (gpus={want}) must be 0 or more")
         if real_gpus and want * workers > real_gpus:
             raise ClusterError(
-                f"gpus={want} per worker x {workers} workers needs {want * workers} GPUs but "
-                f"nvidia-smi shows {real_gpus}",
+                f"--gpus {want} (gpus={want}) per worker x {workers} workers needs "
+                f"{want * workers} GPUs but nvidia-smi shows {real_gpus}",
                 remedy="lower --gpus or --workers",
             )
         return want
@@ -176,8 +176,8 @@ def _executor_memory_mb(
         mb = min(mb, parse_memory_mb(worker_memory) // executors)
         if mb < 512:
             raise ClusterError(
-                f"memory={worker_memory} per worker leaves {mb} MiB to each of its "
-                f"{executors} executors; Spark needs at least 512m",
+                f"--memory {worker_memory} (memory={worker_memory!r}) per worker leaves {mb} "
+                f"MiB to each of its {executors} executors; Spark needs at least 512m",
                 remedy=f"give each worker at least {_memory(512 * executors)}",
             )
     if mb != parse_memory_mb(spec_memory):
@@ -219,7 +219,7 @@ def embedded_shape(
     if cores is not None:
         if cores < executors:
             raise ClusterError(
-                f"cores={cores} per worker cannot hold {executors} executors of "
+                f"--cores {cores} (cores={cores}) per worker cannot hold {executors} executors of "
                 f"{executor_gpus} GPU(s) each",
                 remedy=f"give each worker at least {executors} cores, or fewer GPUs",
             )
@@ -252,14 +252,15 @@ def check_hosts(hosts: int | None, host: str) -> int | None:
         return None
     if not 1 <= hosts <= 253:
         raise ClusterError(
-            f"hosts={hosts}: the workers' loopback addresses are 127.0.0.2 to 127.0.0.254",
+            f"--hosts {hosts} (hosts={hosts}): the workers' loopback addresses are 127.0.0.2 "
+            "to 127.0.0.254",
             remedy="pick 1 to 253 hosts",
         )
     if host != "127.0.0.1":
         raise ClusterError(
-            f"hosts={hosts} gives each worker its own loopback address, but the cluster's host "
-            f"is {host}",
-            remedy="leave host at 127.0.0.1 with hosts, or drop hosts",
+            f"--hosts {hosts} (hosts={hosts}) gives each worker its own loopback address, but "
+            f"the cluster's host is {host}",
+            remedy="leave the host at 127.0.0.1 with --hosts, or drop --hosts",
         )
     return hosts
 
@@ -269,8 +270,8 @@ def check_hosts_workers(hosts: int | None, workers: int) -> None:
     if hosts is None or workers >= hosts:
         return
     raise ClusterError(
-        f"hosts={hosts} needs a worker on each host, but workers={workers} would give only "
-        f"{workers} host(s)",
+        f"--hosts {hosts} (hosts={hosts}) needs a worker on each host, but --workers {workers} "
+        f"(workers={workers}) would give only {workers} host(s)",
         remedy=f"ask for --workers {hosts} (or more) with --hosts {hosts}, "
         f"or for --hosts {workers}",
     )

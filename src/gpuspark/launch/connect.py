@@ -144,21 +144,25 @@ def connect_preflight(req: LaunchRequest, spark: Any) -> None:
     if req.gpus_per_task > 0:
         problem = missing("connect-profile")
         if problem is not None:
-            raise LaunchError(problem, remedy="use pyspark>=4 here, or gpus_per_process=0")
+            raise LaunchError(
+                problem,
+                remedy="use pyspark>=4 here, or --gpus-per-process 0 (gpus_per_process=0)",
+            )
         if master.startswith("local"):
             raise LaunchError(
                 f"the Spark Connect server runs master={master}, which cannot give barrier "
                 "tasks whole GPUs",
                 remedy="run the server on a cluster (gpuspark cluster up --connect), or "
-                "gpus_per_process=0",
+                "--gpus-per-process 0 (gpus_per_process=0)",
             )
         gpus = _capacity(conf).gpus_per_executor
         if req.gpus_per_task > gpus:
             raise LaunchError(
                 f"a barrier task needs {req.gpus_per_task:g} GPUs but each executor of the "
                 f"Spark Connect server's application has {gpus:g}",
-                remedy="lower processes_per_task or gpus_per_process, or start the server "
-                "with more GPUs per executor (spark.executor.resource.gpu.amount)",
+                remedy="lower --nproc-per-node (processes_per_task) or --gpus-per-process "
+                "(gpus_per_process), or start the server with more GPUs per executor "
+                "(spark.executor.resource.gpu.amount)",
             )
 
 

@@ -75,5 +75,5 @@ def _check_local_gpus(req: LaunchRequest) -> None:
         raise LaunchError(
             f"{req.num_processes} local ranks x {req.gpus_per_process:g} GPU need {need} GPUs; "
             f"this machine has {have}",
-            remedy="use fewer processes, or backend='gloo'",
+            remedy="use fewer processes, or --backend gloo (backend='gloo')",
         )

@@ -88,8 +88,8 @@ def check_capacity(num_tasks: int, gpus_per_task: float, cap: ExecutorCapacity) 
         raise LaunchError(
             f"a barrier task needs {gpus_per_task:g} GPUs but each executor has "
             f"{cap.gpus_per_executor:g}",
-            remedy="lower processes_per_task or gpus_per_process, or give executors more GPUs "
-            "(spark.executor.resource.gpu.amount)",
+            remedy="lower --nproc-per-node (processes_per_task) or --gpus-per-process "
+            "(gpus_per_process), or give executors more GPUs (spark.executor.resource.gpu.amount)",
         )
     slots = cap.slots(gpus_per_task)
     short_gpus = gpus_per_task > 0 and need_gpus > cap.free_gpus + 1e-9
@@ -153,8 +153,8 @@ def preflight(req: LaunchRequest, sc: Any) -> None:
     if str(sc.master).startswith("local") and req.gpus_per_process > 0:
         raise LaunchError(
             f"master={sc.master} cannot give barrier tasks whole GPUs",
-            remedy="use the embedded cluster (gpuspark cluster up), local=True, or "
-            "gpus_per_process=0",
+            remedy="use the embedded cluster (gpuspark cluster up), --local (local=True), or "
+            "--gpus-per-process 0 (gpus_per_process=0)",
         )
     deadline = time.monotonic() + _REGISTER_WAIT_S
     while True:

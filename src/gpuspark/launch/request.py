@@ -18,6 +18,7 @@ from typing import Any
 from gpuspark import storage
 from gpuspark._util.procs import machine_key
 from gpuspark.errors import LaunchError, did_you_mean
+from gpuspark.launch.option_names import option
 
 __all__ = ["OPTIONS", "LaunchRequest", "build_request", "make_request"]
 
@@ -194,41 +195,44 @@ def _whole(value: float) -> bool:
 def _check_shape(req: LaunchRequest) -> None:
     if not isinstance(req.num_processes, int) or req.num_processes < 1:
         raise LaunchError(
-            f"num_processes={req.num_processes!r} must be a whole number >= 1",
-            remedy="pass num_processes=N, the number of ranks",
+            f"{option('num_processes', req.num_processes)} must be a whole number >= 1",
+            remedy="pass -n N (num_processes=N), the number of ranks",
         )
     ppt = req.processes_per_task
     if ppt is not None and (not isinstance(ppt, int) or ppt < 1):
-        raise LaunchError(f"processes_per_task={ppt!r} must be a whole number >= 1")
+        raise LaunchError(f"{option('processes_per_task', ppt)} must be a whole number >= 1")
     if ppt is not None and req.local and ppt != req.num_processes:
         raise LaunchError(
-            f"processes_per_task (--nproc-per-node) {ppt} does not match num_processes (-n) "
-            f"{req.num_processes} in local mode: --local runs one node of all the ranks",
+            f"{option('processes_per_task', ppt)} does not match "
+            f"{option('num_processes', req.num_processes)} in local mode: --local runs one "
+            "node of all the ranks",
             remedy="make them equal or leave -n out; several nodes need Spark: drop --local",
         )
     if ppt is not None and req.num_processes % ppt:
         lower = req.num_processes - req.num_processes % ppt
         options = ", ".join(str(n) for n in (lower, lower + ppt) if n > 0)
         raise LaunchError(
-            f"num_processes={req.num_processes} is not a multiple of processes_per_task={ppt}",
-            remedy=f"use num_processes={options}, or another processes_per_task",
+            f"{option('num_processes', req.num_processes)} is not a multiple of "
+            f"{option('processes_per_task', ppt)}",
+            remedy=f"use -n {options}, or another --nproc-per-node",
         )
     g = req.gpus_per_process
     if g < 0 or not _whole(g):
         raise LaunchError(
-            f"gpus_per_process={g!r}: a training process needs whole GPUs",
+            f"{option('gpus_per_process', g)}: a training process needs whole GPUs",
             remedy="use 1 (or 2, ...); use 0 for CPU ranks",
         )
     if req.backend not in _BACKENDS:
         raise LaunchError(
-            f"backend={req.backend!r} is not one of {', '.join(_BACKENDS)}"
+            f"{option('backend', req.backend)} is not one of {', '.join(_BACKENDS)}"
             + did_you_mean(req.backend, _BACKENDS)
         )
     _check_min_ranks(req)
     if req.max_restarts < 0 or req.max_attempts < 1:
         raise LaunchError(
-            f"max_restarts={req.max_restarts}, max_attempts={req.max_attempts}",
-            remedy="max_restarts must be >= 0 and max_attempts >= 1",
+            f"{option('max_restarts', req.max_restarts)}, "
+            f"{option('max_attempts', req.max_attempts)}",
+            remedy="--max-restarts must be >= 0 and --max-attempts >= 1",
         )
     if (req.payload is None) == (req.script is None):
         raise LaunchError("a launch needs exactly one of a function or a script")
@@ -239,8 +243,8 @@ def _check_shape(req: LaunchRequest) -> None:
         )
     if req.tee and req.log_dir is None:
         raise LaunchError(
-            "tee (--tee) shows every rank on the console besides the files of log_dir "
-            "(--log-dir), which was not given: without it the console shows every rank",
+            f"{option('tee', True)} shows every rank on the console besides the files of "
+            f"{option('log_dir')}, which was not given: without it the console shows every rank",
             remedy="add --log-dir DIR, or drop --tee",
         )
     _check_metrics_port(req.metrics_port)
@@ -253,22 +257,26 @@ def _check_min_ranks(req: LaunchRequest) -> None:
         return
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= req.num_processes:
         raise LaunchError(
-            f"min_ranks={k!r} must be a whole number from 1 to num_processes ({req.num_processes})",
+            f"{option('min_ranks', k)} must be a whole number from 1 to "
+            f"{req.num_processes}, the ranks in all (-n)",
             remedy="--min-ranks K lets a retry continue on K or more ranks",
         )
     if req.local:
         raise LaunchError(
-            f"min_ranks={k}: --local runs every rank on this machine, there is no host to lose",
+            f"{option('min_ranks', k)}: --local runs every rank on this machine, there is no "
+            "host to lose",
             remedy="drop --min-ranks, or run on Spark (drop --local)",
         )
     if k % req.per_task:
         raise LaunchError(
-            f"min_ranks={k} is not a multiple of processes_per_task={req.per_task}",
+            f"{option('min_ranks', k)} is not a multiple of "
+            f"{option('processes_per_task', req.per_task)}",
             remedy="a retry drops whole tasks (nodes): use a multiple of --nproc-per-node",
         )
     if req.max_attempts < 2:
         raise LaunchError(
-            f"min_ranks={k} needs a retry to act on: max_attempts is {req.max_attempts}",
+            f"{option('min_ranks', k)} needs a retry to act on: "
+            f"{option('max_attempts', req.max_attempts)}",
             remedy="add --max-attempts 2 (or more)",
         )
 
@@ -287,7 +295,7 @@ def _check_collective_timeout(seconds: object) -> None:
     )
     if not ok:
         raise LaunchError(
-            f"collective_timeout={seconds!r} is not a number of seconds > 0",
+            f"{option('collective_timeout', seconds)} is not a number of seconds > 0",
             remedy="use e.g. 600 (10 minutes), or leave it out for the spec's "
             "[training] collective_timeout_s",
         )
@@ -296,7 +304,8 @@ def _check_collective_timeout(seconds: object) -> None:
 def _check_metrics_port(port: object) -> None:
     if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
         raise LaunchError(
-            f"metrics_port={port!r} is not a port", remedy="use 0 to 65535 (0: metrics off)"
+            f"{option('metrics_port', port)} is not a port",
+            remedy="use 0 to 65535 (0: metrics off)",
         )
 
 
@@ -362,7 +371,7 @@ def _log_dir(path: str | os.PathLike[str]) -> str:
     if blocker is not None:
         what = "is a file" if blocker == p else f"is under {blocker}, a file"
         raise LaunchError(
-            f"log_dir (--log-dir) {shown} {what}, not a folder",
+            f"--log-dir {shown} (log_dir) {what}, not a folder",
             remedy="name a folder (new or existing) for the rank_<r>.log files",
         )
     return str(p)

@@ -97,7 +97,7 @@ def timeout_error(req: LaunchRequest) -> LaunchError:
     return LaunchError(
         f"the launch of {req.entrypoint} on {req.num_processes} ranks timed out after "
         f"{req.timeout:g} s; every rank was stopped",
-        remedy="raise timeout=, or look at the [rank r] lines above for the stuck rank",
+        remedy="raise --timeout (timeout=), or look at the [rank r] lines above for the stuck rank",
     )
 
 
@@ -108,8 +108,8 @@ def host_lost_error(host: str, req: Any) -> HostLostError:
         host,
         f"host {host} was lost during the launch of {req.entrypoint}: its task stopped "
         "without a word (executor or machine gone); the other ranks were stopped",
-        remedy="bring the host back, or allow a retry on the remaining capacity "
-        "(--max-attempts 2, max_attempts=2)",
+        remedy="bring the host back, or allow a retry on the remaining capacity with "
+        "--max-attempts 2 (max_attempts=2)",
     )
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from gpuspark._util import envvars
 from gpuspark.errors import SpecError, did_you_mean
 from gpuspark.spec.example import default_spec_text
-from gpuspark.spec.models import ClusterSpec, RuleViolations
+from gpuspark.spec.models import NAME_RULE, ClusterSpec, RuleViolations
 from gpuspark.spec.values import show_value
 
 if sys.version_info >= (3, 11):
@@ -67,8 +67,15 @@ def parse_spec(text: str, source: str = "<string>") -> ClusterSpec:
         return ClusterSpec.model_validate(data)
     except ValidationError as exc:
         problems = [p for err in _ordered(exc.errors()) for p in _describe(err)]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise SpecError(f"{source}: {problems[0]}{more}") from exc
+        raise SpecError(f"{source}: {_all(list(dict.fromkeys(problems)))}") from exc
+
+
+def _all(problems: list[str]) -> str:
+    """Every problem, on one line: a problem's own text may hold ``;``, so each is numbered."""
+    if len(problems) == 1:
+        return problems[0]
+    listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+    return f"{len(problems)} problems: {listed}"
 
 
 def _toml_message(exc: Exception, text: str, source: str) -> str:
@@ -126,7 +133,7 @@ def _describe(err: Any) -> list[str]:
     )
     msg = re.sub(
         r"^String should match pattern .*",
-        "must start with a letter and use only letters, digits, '_', '-' and '.'",
+        NAME_RULE,
         msg,
     )
     msg = msg[:1].lower() + msg[1:]

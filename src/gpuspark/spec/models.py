@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_DISCOVERY_SCRIPT",
     "DEFAULT_LOCAL_DIR",
     "MANAGED_CONF",
+    "NAME_RULE",
     "ClusterSpec",
     "ComputeNetwork",
     "KubernetesSettings",
@@ -39,6 +40,12 @@ __all__ = [
 DEFAULT_DISCOVERY_SCRIPT = "/opt/gpuspark/getGpusResources.sh"
 
 _NAME = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+NAME_RULE = (
+    "must start with an ASCII letter (A-Z, a-z) and use only ASCII letters, digits, '_', '-' "
+    "and '.': names become YARN queues and Kubernetes objects, whose names are ASCII"
+)
+"""What :data:`_NAME` asks of a name (cluster, node group, team), and why: ASCII only, the
+characters every renderer can carry (``radiología`` is refused, not mangled)."""
 _MEMORY = re.compile(r"^[1-9][0-9]*[kmgtp]?$", re.IGNORECASE)
 _HOST_PORT = r"[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}"
 _MASTER_FORMS = (

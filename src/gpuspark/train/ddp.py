@@ -282,7 +282,8 @@ def _probe_bf16(group: Any) -> None:
     except RuntimeError as exc:
         raise DDPError(
             f"compression 'bf16' is not supported by the {dist.get_backend()} backend: {exc}",
-            remedy="use compression='fp16' on gloo, or the NCCL backend on GPUs",
+            remedy="use --compression fp16 (compression='fp16') on gloo, or the NCCL backend "
+            "on GPUs",
         ) from exc
 
 

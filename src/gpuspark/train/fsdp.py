@@ -130,8 +130,8 @@ def _check(strategy: str, compression: str | None, amp: str | None, reduce_dtype
     if comp != "none":
         raise DDPError(
             f"compression {compression!r} applies to strategy 'ddp' only, not {strategy!r}",
-            remedy="drop compression; with fsdp/hsdp set reduce_dtype='bf16' or 'fp16' to "
-            "halve gradient traffic",
+            remedy="drop --compression (compression); from Python, fsdp/hsdp take "
+            "reduce_dtype='bf16' or 'fp16' to halve gradient traffic",
         )
     if amp is not None and amp not in AMP_DTYPES:
         raise DDPError(

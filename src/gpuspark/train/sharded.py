@@ -167,7 +167,8 @@ def _resolve(path_or_dir: str | os.PathLike[str] | RemotePath) -> Location | Non
     if found is not None and not found.name.endswith(".dcp"):
         raise CheckpointError(
             f"checkpoint {found} is a single-file (DDP) checkpoint, this model is sharded",
-            remedy="resume it with strategy='ddp', or start a fresh --checkpoint-dir",
+            remedy="resume it with --strategy ddp (strategy='ddp'), or start a fresh "
+            "--checkpoint-dir",
         )
     return found
 

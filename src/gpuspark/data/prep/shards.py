@@ -32,7 +32,8 @@ def deal_shards(
         raise PrepError(f"world_size must be at least 1, got {world_size}")
     if num_shards is not None and (num_shards <= 0 or num_shards % ws):
         raise PrepError(
-            f"num_shards={num_shards} must be a positive multiple of world_size={ws}",
+            f"--num-shards {num_shards} (num_shards={num_shards}) must be a positive multiple "
+            f"of --world-size {ws} (world_size={ws})",
             remedy="leave it out to size shards automatically",
         )
     by_split: dict[Any, list[tuple[str, int, int]]] = {}

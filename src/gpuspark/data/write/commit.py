@@ -100,7 +100,7 @@ def check_target(root: str, overwrite: bool) -> Manifest | None:
         if not overwrite:
             raise DatasetExistsError(
                 f"{root} already holds a gpuspark dataset",
-                remedy="pass overwrite=True (--overwrite) to replace it, or choose another path",
+                remedy="pass --overwrite (overwrite=True) to replace it, or choose another path",
             )
         old = _replaceable_manifest(root)
         if old is None:  # a broken manifest: the directory was a dataset; overwrite replaces it

@@ -43,9 +43,9 @@ def _shards_per_split(
             raise GpusparkError(f"num_shards must be > 0, got {num_shards}")
         if num_shards % ws:
             raise GpusparkError(
-                f"num_shards={num_shards} is not a multiple of world_size={ws}: ranks would "
-                "get unequal numbers of shards",
-                remedy=f"pass num_shards={round_up(num_shards, ws)} or leave it out",
+                f"--num-shards {num_shards} (num_shards={num_shards}) is not a multiple of "
+                f"--world-size {ws} (world_size={ws}): ranks would get unequal numbers of shards",
+                remedy=f"pass --num-shards {round_up(num_shards, ws)} or leave it out",
             )
         return {s: num_shards for s in counts}
     total = sum(counts.values()) or 1

@@ -91,7 +91,7 @@ class RankOutput:
                     pass
         except OSError as exc:
             raise LaunchError(
-                f"log_dir (--log-dir) {self.log_dir}: cannot write the rank log files "
+                f"--log-dir {self.log_dir} (log_dir): cannot write the rank log files "
                 f"({exc.strerror or exc})",
                 remedy="name a folder you can write to",
             ) from None

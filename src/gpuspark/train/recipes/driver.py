@@ -71,8 +71,9 @@ def _check_splits(cfg: RecipeConfig, splits: dict[str, Any]) -> None:
             continue
         have = f"its splits: {', '.join(sorted(splits))}" if splits else "it has no splits"
         choices = [*sorted(splits), fallback] if splits else [fallback]
+        flag = "--" + field_name.replace("_", "-")
         raise RecipeError(
-            f"dataset {cfg.dataset.data} has no split '{split}' ({field_name}; {have})",
+            f"dataset {cfg.dataset.data} has no split '{split}' for {flag} ({field_name}); {have}",
             remedy="use " + " or ".join(choices),
         )
 
