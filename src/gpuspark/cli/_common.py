@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -114,8 +115,35 @@ def spec_with_conf(spec: Path | None, conf: list[str] | None) -> Any:
     from gpuspark.spec import resolve_spec
 
     found = resolve_spec(spec)
+    _check_managed(found.spark, pairs)
     spark = found.spark.model_copy(update={"conf": {**found.spark.conf, **pairs}})
     return found.model_copy(update={"spark": spark})
+
+
+def _check_managed(spark: Any, pairs: dict[str, str]) -> None:
+    """A usage error for a ``--conf`` value of a key a typed spec setting owns that the
+    setting would refuse (``spark.executor.memory=abc``, ``spark.task.resource.gpu.amount=0``)
+    and for ``spark.master`` (``--master`` chooses the master)."""
+    from pydantic import ValidationError
+
+    from gpuspark.spec.models import MANAGED_CONF, SparkSettings
+
+    for key, value in pairs.items():
+        field = MANAGED_CONF.get(key)
+        if field is None:
+            continue
+        if field == "master":
+            raise typer.BadParameter(
+                f"{key} is chosen by --master: pass --master {shlex.quote(value)}",
+                param_hint="--conf",
+            )
+        try:
+            SparkSettings.model_validate({**spark.model_dump(exclude={"conf"}), field: value})
+        except ValidationError as exc:
+            reason = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise typer.BadParameter(
+                f"{key}={value}: {reason} (the spec's spark.{field})", param_hint="--conf"
+            ) from None
 
 
 MasterOpt = Annotated[
@@ -149,7 +177,8 @@ def spec_path(ctx: typer.Context, argument: Path | None, option: Path | None) ->
             param_hint="--spec",
         )
     sys.stderr.write(
-        f"deprecated: the spec as an argument; use {ctx.command_path} --spec {argument} "
+        f"deprecated: the spec as an argument; use {ctx.command_path} --spec "
+        f"{shlex.quote(str(argument))} "
         f"(or {envvars.SPEC.name}): the argument goes in the next release\n"
     )
     return argument

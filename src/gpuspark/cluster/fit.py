@@ -21,11 +21,13 @@ from gpuspark.cluster.shape import parse_memory_mb
 from gpuspark.errors import ClusterError
 from gpuspark.schedulers import find_backend
 from gpuspark.schedulers.standalone import MASTER_UI_PORT, gpu_count
+from gpuspark.spec import gpu_slots_per_executor
 
 __all__ = [
     "MASTER_UI_PORT",
     "ExecutorNeed",
     "check_fits",
+    "check_slots",
     "gpu_count",
     "master_workers",
     "unfit_reason",
@@ -141,4 +143,26 @@ def check_fits(master: str, conf: Mapping[str, str], ui_url: str | None = None) 
         raise ClusterError(
             f"the Spark master at {master} can never start this job's executors: {reason}",
             remedy=_fix(need, workers),
+        )
+
+
+def check_slots(conf: dict[str, str]) -> None:
+    """Refuse an executor shape whose GPU and CPU task slots differ: Spark would warn that it
+    "will result in wasted resources" and leave cores or GPU shares idle."""
+    gpus = float(conf.get("spark.executor.resource.gpu.amount", 0) or 0)
+    amount = float(conf.get("spark.task.resource.gpu.amount", 0) or 0)
+    cores = conf.get("spark.executor.cores")
+    if not (gpus and amount and cores):
+        return
+    cpus = int(conf.get("spark.task.cpus", "1"))
+    gpu_slots = gpu_slots_per_executor(int(gpus), amount)
+    cpu_slots = int(cores) // cpus
+    if gpu_slots != cpu_slots:
+        raise ClusterError(
+            f"executors of {cores} cores / {cpus} CPU per task = {cpu_slots} task slots, but "
+            f"{gpus:g} GPUs / {amount:g} GPU per task = {gpu_slots}: Spark would warn of "
+            "wasted resources and leave "
+            f"{'cores' if cpu_slots > gpu_slots else 'GPU shares'} idle",
+            remedy=f"set spark.executor.cores={gpu_slots * cpus} or "
+            f"spark.task.resource.gpu.amount to give {cpu_slots} tasks per executor",
         )

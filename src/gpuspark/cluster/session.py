@@ -39,7 +39,8 @@ from gpuspark.cluster.announce import announce_app, withdraw_app
 from gpuspark.cluster.conf import driver_metrics_conf, spark_conf
 from gpuspark.cluster.connect_session import connect_plan, connect_session, through_connect
 from gpuspark.cluster.driver_log import driver_java_options, write_log_config
-from gpuspark.cluster.fit import check_fits
+from gpuspark.cluster.fit import check_fits, check_slots
+from gpuspark.cluster.given_conf import check_given, real_cluster_only
 from gpuspark.cluster.jvm import java_options
 from gpuspark.cluster.plan import SessionPlan, local_defaults
 from gpuspark.cluster.pyspark_waits import preload_pandas, stop_session
@@ -49,7 +50,7 @@ from gpuspark.errors import ClusterError, GpusparkError
 from gpuspark.schedulers import EMBEDDED_MASTERS, Backend, ConnectBackend, backend_for
 from gpuspark.schedulers.connect import is_connect_session, require_classic
 from gpuspark.schedulers.standalone import AUTH_MARKERS
-from gpuspark.spec import ClusterSpec, gpu_slots_per_executor, resolve_spec
+from gpuspark.spec import ClusterSpec, resolve_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,6 +62,7 @@ __all__ = [
     "EMBEDDED_MASTERS",
     "JobKind",
     "SessionPlan",
+    "check_slots",
     "job_session",
     "local_defaults",
     "session",
@@ -68,9 +70,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# Spec settings that describe the real cluster and make no sense on the embedded one.
-_REAL_CLUSTER_ONLY = ("discoveryScript", "eventLog", "memoryOverhead", "spark.driver.memory")
 
 
 class JobKind(str, enum.Enum):
@@ -105,7 +104,8 @@ def _embedded(cluster: LocalCluster | None, state_dir: Any) -> LocalCluster:
     if found is None or found.state is None:
         raise ClusterError(
             "the spec's master is the embedded cluster (local-cluster), which is not running",
-            remedy="start it with `gpuspark cluster up`, or pass master='spark://…'",
+            remedy="start it with `gpuspark cluster up`, or name a running master: --master "
+            "spark://HOST:7077 (master= from Python)",
         )
     return found
 
@@ -120,11 +120,7 @@ def _embedded_at(master: str, state_dir: Any) -> LocalCluster | None:
 
 def _embedded_conf(spec: ClusterSpec, cluster: LocalCluster) -> dict[str, str]:
     """The spec's settings with the embedded cluster's executor shape (see :mod:`.shape`)."""
-    conf = {
-        k: v
-        for k, v in spark_conf(spec).items()
-        if not any(part in k for part in _REAL_CLUSTER_ONLY)
-    }
+    conf = {k: v for k, v in spark_conf(spec).items() if not real_cluster_only(k)}
     conf["spark.eventLog.enabled"] = "false"
     shape = cluster.shape
     if shape is not None:
@@ -189,28 +185,6 @@ def _route_driver_log(conf: dict[str, str]) -> None:
     options = driver_java_options(conf.get(key))
     if options is not None:
         conf[key] = options
-
-
-def check_slots(conf: dict[str, str]) -> None:
-    """Refuse an executor shape whose GPU and CPU task slots differ: Spark would warn that it
-    "will result in wasted resources" and leave cores or GPU shares idle."""
-    gpus = float(conf.get("spark.executor.resource.gpu.amount", 0) or 0)
-    amount = float(conf.get("spark.task.resource.gpu.amount", 0) or 0)
-    cores = conf.get("spark.executor.cores")
-    if not (gpus and amount and cores):
-        return
-    cpus = int(conf.get("spark.task.cpus", "1"))
-    gpu_slots = gpu_slots_per_executor(int(gpus), amount)
-    cpu_slots = int(cores) // cpus
-    if gpu_slots != cpu_slots:
-        raise ClusterError(
-            f"executors of {cores} cores / {cpus} CPU per task = {cpu_slots} task slots, but "
-            f"{gpus:g} GPUs / {amount:g} GPU per task = {gpu_slots}: Spark would warn of "
-            "wasted resources and leave "
-            f"{'cores' if cpu_slots > gpu_slots else 'GPU shares'} idle",
-            remedy=f"set spark.executor.cores={gpu_slots * cpus} or "
-            f"spark.task.resource.gpu.amount to give {cpu_slots} tasks per executor",
-        )
 
 
 def session_plan(
@@ -283,6 +257,10 @@ def session_plan(
             executor_light=embedded and training,
             executor_archive=archive,
         )
+    given = {k: v for k, v in spec_obj.spark.conf.items() if k not in asked}
+    notes = check_given(
+        given, merged, training=JobKind(kind) is JobKind.TRAINING, embedded=embedded
+    )
     backend.check_session(resolved, merged)
     check_slots(merged)
     env = {"PYSPARK_PYTHON": merged["spark.pyspark.python"]}
@@ -291,7 +269,12 @@ def session_plan(
         # The driver's web UI binds to SPARK_LOCAL_IP, else to every interface.
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
     return SessionPlan(
-        master=resolved, app_name=app_name, conf=merged, env=env, master_ui=master_ui
+        master=resolved,
+        app_name=app_name,
+        conf=merged,
+        env=env,
+        master_ui=master_ui,
+        notes=notes,
     )
 
 
@@ -337,6 +320,8 @@ def session(
     else:
         _check_reuse(active, plan.master)
     fresh = active is None
+    for note in plan.notes:
+        log.info("%s", note)
     log_file = write_log_config() if fresh else None
     if fresh:
         preload_pandas()  # while the driver JVM starts (see pyspark_waits)
