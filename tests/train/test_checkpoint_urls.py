@@ -130,6 +130,28 @@ def test_launch_descriptions_redact_store_secrets(s3: S3Bucket, tmp_path: Path) 
     assert f"AWS_ENDPOINT_URL={s3.endpoint}" in text
 
 
+def test_launch_forwards_store_credentials_to_cluster_ranks_redacted(
+    s3: S3Bucket, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gpuspark launch SCRIPT`` on a cluster: its ranks run in executors started with their
+    own environment, so the shell's store credentials go with the request (as torchrun's
+    ranks inherit them), and every printed form shows the secret redacted."""
+    import json
+
+    from gpuspark.cli.main import main
+
+    script = tmp_path / "x.py"
+    script.write_text("print(1)\n")
+    args = ["launch", "-n", "2", "--gpus-per-process", "0", "--master", "local[2]", "--dry-run"]
+    assert main([*args, "--json", str(script)]) == 0
+    out = capsys.readouterr().out
+    env = json.loads(out)["env"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == "*****(redacted)" and env["AWS_ENDPOINT_URL"]
+    assert main([*args, str(script)]) == 0
+    out += capsys.readouterr().out
+    assert SECRET_KEY not in out and "AWS_SECRET_ACCESS_KEY=*****(redacted)" in out
+
+
 # -- through the CLI, as a user types it -------------------------------------------------------
 
 

@@ -216,9 +216,11 @@ def test_unsplit_dataset_names_the_options(tmp_path: Path) -> None:
     with ShardWriter(ds) as w:
         for i in range(4):
             w.write({"image": np.zeros((4, 4, 3), np.uint8), "label": i % 2})
+    with pytest.raises(RecipeError, match=r"no split 'train' for --train-split \(train_split\)"):
+        preflight("resnet2d", RecipeConfig(data=str(ds), num_classes=2))
     with pytest.raises(RecipeError, match=r"no split 'train'.*--train-split all"):
         preflight("resnet2d", RecipeConfig(data=str(ds), num_classes=2))
-    with pytest.raises(RecipeError, match=r"no split 'val'.*--val-split none"):
+    with pytest.raises(RecipeError, match=r"no split 'val' for --val-split \(val_split\).*none"):
         preflight("resnet2d", RecipeConfig(data=str(ds), num_classes=2, train_split=None))
     assert (
         preflight(
@@ -226,3 +228,25 @@ def test_unsplit_dataset_names_the_options(tmp_path: Path) -> None:
         ).name
         == "resnet2d"
     )
+
+
+@pytest.mark.slow  # a real 1-rank run (~10 s)
+def test_a_run_without_a_validation_split_still_leaves_a_servable_best_pt(tmp_path: Path) -> None:
+    """``--val-split none`` used to leave no ``best.pt`` (it is written when a validation
+    score improves), so ``predict --model RUN`` had nothing to serve: the final model is
+    exported instead, with no score."""
+    import torch
+
+    from gpuspark.train import recipes
+
+    ds = tmp_path / "ds"
+    with ShardWriter(ds) as w:
+        for i in range(4):
+            w.write({"image": np.zeros((8, 8, 3), np.uint8), "label": i % 2})
+    cfg = recipes.RecipeConfig(
+        data=str(ds), num_classes=2, train_split=None, val_split=None, epochs=1,
+        batch_size=2, threads=1, out=str(tmp_path / "run"),
+    )  # fmt: skip
+    recipes.run("resnet2d", cfg, num_processes=1, local=True, timeout=120)
+    payload = torch.load(tmp_path / "run" / "best.pt", map_location="cpu", weights_only=True)
+    assert payload["recipe"] == "resnet2d" and payload["score"] is None and payload["model"]

@@ -19,6 +19,7 @@ from gpuspark.cli._common import (
     print_json,
     spec_with_conf,
 )
+from gpuspark.cli._torchrun import TorchrunCommand
 
 if TYPE_CHECKING:
     from gpuspark.launch import LaunchRequest
@@ -29,7 +30,9 @@ _CONTEXT = {"allow_interspersed_args": False}
 
 def register(app: typer.Typer) -> None:
     """Add the ``launch`` command."""
-    app.command("launch", no_args_is_help=True, context_settings=_CONTEXT)(launch)
+    app.command("launch", cls=TorchrunCommand, no_args_is_help=True, context_settings=_CONTEXT)(
+        launch
+    )
 
 
 def launch(
@@ -95,7 +98,8 @@ def launch(
         typer.Option(
             "--tee",
             help="With --log-dir: show every rank's lines on the console too, as [rank r] "
-            "lines (torchrun --tee 3; stdout and stderr are one stream here).",
+            "lines (torchrun's --tee 3 or -t 3, also taken; stdout and stderr are one stream "
+            "here).",
         ),
     ] = False,
     max_restarts: Annotated[
@@ -139,7 +143,10 @@ def launch(
     """Run SCRIPT on N ranks (Spark barrier stage, or --local), the way torchrun runs it.
 
     As with torchrun, launch's options come before SCRIPT and everything after it is the
-    script's: gpuspark launch -n 2 train.py --epochs 1.
+    script's: gpuspark launch -n 2 train.py --epochs 1. torchrun's own spellings are taken
+    where they mean the same (--tee 3, --nproc_per_node, --log_dir, --max_restarts); its
+    other options are refused with gpuspark's equivalent (--nnodes M: -n M*N --nproc-per-node
+    N).
     """
     from gpuspark.launch import make_request, prepare, run_request
     from gpuspark.launch.cluster_total import check_cluster_total
@@ -168,6 +175,7 @@ def launch(
         team=team,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        env=_store_credentials(local),
     )
     if dry_run:  # checked as the run would be (spec, team, its GPUs), then printed
         job = prepare(req, spec)
@@ -209,6 +217,8 @@ def _session_plan(job: Any) -> Any:
 def _plan(req: LaunchRequest) -> dict[str, Any]:
     """The dry run as data (``--dry-run --json``): what :meth:`LaunchRequest.materialize`
     prints, one key per fact, and that text under ``text``."""
+    from gpuspark.storage import redact
+
     script = req.script or []
     stage = None
     if not req.local:
@@ -237,6 +247,15 @@ def _plan(req: LaunchRequest) -> dict[str, Any]:
         "log_dir": req.log_dir,
         "tee": req.tee,
         "workdir": req.workdir,
-        "env": dict(req.env),
+        "env": redact(req.env),
         "text": req.materialize(),
     }
+
+
+def _store_credentials(local: bool) -> dict[str, str]:
+    """The object-store credential variables of this shell, for ranks on a cluster's
+    executors (started with their own environment), as torchrun's ranks inherit them; shown
+    redacted in ``--dry-run`` and ``--json``. Local ranks inherit them anyway."""
+    from gpuspark.storage import credential_env
+
+    return {} if local else credential_env()

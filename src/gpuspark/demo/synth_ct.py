@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark import storage
 from gpuspark._util.extras import require
 from gpuspark.demo.staging import commit_dir, staging_dir
 
@@ -297,7 +298,7 @@ def synth_ct(
     ``labels.csv`` has columns ``series_uid, study_uid, patient_id, label`` (1 = lesion).
     The directory appears complete or not at all (written under a temporary name, renamed).
     """
-    dst = Path(dst)
+    root = storage.as_path(dst)
     params = cohort_params(studies, seed, size=size)
     tmp = staging_dir(dst, overwrite)
     try:
@@ -317,9 +318,9 @@ def synth_ct(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return CohortSummary(
-        path=str(dst),
-        dicom_dir=str(dst / "dicom"),
-        labels_csv=str(dst / "labels.csv"),
+        path=str(root),
+        dicom_dir=str(root / "dicom"),
+        labels_csv=str(root / "labels.csv"),
         studies=len(params),
         patients=len({p.patient_id for p in params}),
         lesions=sum(p.label for p in params),

@@ -6,9 +6,9 @@ import hashlib
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from gpuspark import storage
 from gpuspark._util.extras import require
 from gpuspark.demo.staging import commit_dir, staging_dir
 
@@ -96,7 +96,7 @@ def synth_images(
         raise ValueError(f"classes and per_class must be >= 1, got: {classes}, {per_class}")
     import numpy as np
 
-    dst = Path(dst)
+    root = storage.as_path(dst)
     tmp = staging_dir(dst, overwrite)
     names = [f"class_{c:02d}" for c in range(classes)]
     total = 0
@@ -115,4 +115,4 @@ def synth_images(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ImageSetSummary(path=str(dst), classes=names, images=classes * per_class, bytes=total)
+    return ImageSetSummary(path=str(root), classes=names, images=classes * per_class, bytes=total)

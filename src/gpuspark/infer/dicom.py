@@ -58,6 +58,8 @@ from gpuspark.infer.output import (
     count_rows,
     staged_output,
     write_marker,
+    write_parquet,
+    write_table,
 )
 from gpuspark.infer.result import PredictResult, finish, worker_fields
 from gpuspark.infer.table import arrow_batches
@@ -69,6 +71,7 @@ from gpuspark.infer.worker import (
     report_task,
     task_setup,
 )
+from gpuspark.storage import Location
 from gpuspark.train.recipes.registry import Decoder
 
 __all__ = [
@@ -190,7 +193,7 @@ class _DicomRun:
         self,
         spark: Any,
         loaded: VolumeModel,
-        tmp: Path,
+        tmp: Location,
         batch_size: int,
         partitions: int | None,
         progress: Progress | None,
@@ -214,9 +217,10 @@ class _DicomRun:
                 rows = sc.broadcast(series.rows)
                 shared.append(rows)
                 fn = series_function(self._task(), model_bytes, rows, counters, stats)
+                fn = storage.with_credentials(fn, src)  # the tasks read the studies
                 scored = self._frame(series).mapInArrow(fn, self._schema())
                 with arrow_batches(self.spark, self.batch_size):
-                    scored.write.mode("append").parquet(str(self.tmp))
+                    write_parquet(scored, self.tmp)
                 predict_s = time.monotonic() - t_predict
                 _write_quarantine(
                     self.tmp / QUARANTINE_DIR, series.bad_files + counters["bad"].value
@@ -272,16 +276,14 @@ class _DicomRun:
         return self.spark.range(len(series.rows), numPartitions=max(1, min(n, len(series.rows))))
 
 
-def _write_quarantine(folder: Path, rows: list[dict[str, Any]]) -> None:
+def _write_quarantine(folder: Location, rows: list[dict[str, Any]]) -> None:
     """The quarantine table: one row per unreadable file and per series that did not become
     a volume (``id``, ``study_uid``, ``path``, ``reason``, ``stage``)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     schema = pa.schema([(name, pa.string()) for name in _QUARANTINE_COLUMNS])
     rows = sorted(rows, key=lambda r: (r["stage"], r["id"] or "", r["path"] or ""))
-    folder.mkdir()
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), folder / "part-00000.parquet")
+    write_table(folder, pa.Table.from_pylist(rows, schema=schema))
 
 
 def _reason_key(reason: str) -> str:
@@ -300,7 +302,7 @@ def _list_series(spark: Any, src: str, options: DicomOptions) -> _Series:
         raise GpusparkError(f"input {src} holds no files", remedy="pass a folder of DICOM studies")
     parts = deal(units, 2 * n)
     frame = spark.range(len(parts), numPartitions=len(parts))  # task i walks parts[i]
-    fn = partial(read_headers, DicomSource(src, options), parts)
+    fn = storage.with_credentials(partial(read_headers, DicomSource(src, options), parts), src)
     found = frame.mapInArrow(fn, HEADER_DDL).collect()
     files: dict[str, list[str]] = {}
     studies: dict[str, str] = {}

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuspark import storage
 from gpuspark.data import format as fmt
 from gpuspark.errors import CheckpointError, GpusparkError, RecipeError
+from gpuspark.storage import Location
 from gpuspark.train.checkpoint_dir import CHECKPOINT_NAME
 from gpuspark.train.recipes.registry import get_recipe, recipe_names
 from gpuspark.train.recipes.tabular_model import TabularNet  # imports torch
@@ -125,7 +128,7 @@ class CheckpointFile:
     """A ``best.pt`` read once: where it is, its bytes (what the tasks build the network
     from) and its payload (``weights_only``)."""
 
-    path: Path
+    path: Location
     mtime_ns: int
     data: bytes = field(repr=False)
     payload: dict[str, Any] = field(repr=False)
@@ -151,21 +154,23 @@ def category_key(value: Any) -> str:
     return str(value)
 
 
-def checkpoint_path(model: str | os.PathLike[str]) -> Path:
-    """The ``best.pt`` that ``model`` names (the file, or the run directory holding it)."""
+def checkpoint_path(model: str | os.PathLike[str]) -> Location:
+    """The ``best.pt`` that ``model`` names (the file, or the run directory holding it): a
+    local path, or a URL (``s3://bucket/run``) of a run that ``train --checkpoint-dir``
+    wrote there."""
     text = os.fspath(model)
-    p = Path(text).expanduser()
-    if p.is_dir():
-        if not (p / BEST_NAME).is_file():
+    p = storage.as_path(os.path.expanduser(text) if not storage.is_url(text) else text)
+    if storage.is_dir(p):
+        if not storage.is_file(p / BEST_NAME):
             raise CheckpointError(
                 f"model {text} is a directory without {BEST_NAME}",
                 remedy="pass the best.pt a `gpuspark train --checkpoint-dir DIR` run wrote, "
                 "or DIR itself",
             )
         p = p / BEST_NAME
-    elif not p.exists():
+    elif not storage.is_file(p):
         raise CheckpointError(f"model {text} does not exist", remedy="check the --model path")
-    if not os.access(p, os.R_OK) or not p.is_file():
+    if isinstance(p, Path) and not os.access(p, os.R_OK):
         raise CheckpointError(f"model {text} is not a readable file", remedy="check the path")
     if CHECKPOINT_NAME.match(p.name):
         raise CheckpointError(
@@ -173,14 +178,14 @@ def checkpoint_path(model: str | os.PathLike[str]) -> Path:
             "preprocessing)",
             remedy=f"pass the {BEST_NAME} of the same run (in its --checkpoint-dir or --out)",
         )
-    return p.absolute()
+    return p.absolute() if isinstance(p, Path) else p
 
 
-def read_payload(path: Path, data: bytes | None = None) -> dict[str, Any]:
+def read_payload(path: Location, data: bytes | None = None) -> dict[str, Any]:
     """The ``best.pt`` payload (``weights_only``: tensors and plain data, no code runs)."""
     import torch
 
-    raw = data if data is not None else path.read_bytes()
+    raw = data if data is not None else storage.read_bytes(path)
     if not zipfile.is_zipfile(io.BytesIO(raw)):
         raise CheckpointError(
             f"model {path} is not a PyTorch checkpoint file",
@@ -208,12 +213,20 @@ def read_checkpoint(model: str | os.PathLike[str] | CheckpointFile) -> Checkpoin
     if isinstance(model, CheckpointFile):
         return model
     path = checkpoint_path(model)
-    mtime_ns = path.stat().st_mtime_ns
-    data = path.read_bytes()
+    data = storage.read_bytes(path)
+    mtime_ns = path.stat().st_mtime_ns if isinstance(path, Path) else _content_key(data)
     kind = model_format(data)
     if kind == "checkpoint":
         return CheckpointFile(path, mtime_ns, data, read_payload(path, data))
     return CheckpointFile(path, mtime_ns, data, _exported_payload(path, data, kind), kind)
+
+
+def _content_key(data: bytes) -> int:
+    """A stand-in for a remote file's modification time in the per-worker model cache's key:
+    a number from its content (an object store keeps whole seconds only)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
 def model_format(data: bytes) -> str:
@@ -231,7 +244,7 @@ def model_format(data: bytes) -> str:
     return "checkpoint"
 
 
-def _exported_payload(path: Path, data: bytes, kind: str) -> dict[str, Any]:
+def _exported_payload(path: Location, data: bytes, kind: str) -> dict[str, Any]:
     """The recipe and lineage of a TorchScript or ``torch.export`` file (its
     :data:`SERVING_FILE`)."""
     import json
@@ -277,7 +290,8 @@ def load_model(model: str | os.PathLike[str] | CheckpointFile) -> LoadedModel:
         if recipe_input(recipe) == "volume":
             raise RecipeError(
                 f"model {path} is of recipe {recipe!r}, which scores DICOM studies, not tables",
-                remedy=f"score DICOM studies with `gpuspark predict dicom STUDIES --model {path}`",
+                remedy="score DICOM studies with `gpuspark predict dicom STUDIES --model "
+                f"{shlex.quote(str(path))}`",
             )
         raise RecipeError(
             f"model {path} is of recipe {recipe!r}; predict serves {', '.join(SERVED_RECIPES)} "
@@ -302,7 +316,7 @@ def load_model(model: str | os.PathLike[str] | CheckpointFile) -> LoadedModel:
     )
 
 
-def lineage_extra(path: Path, payload: dict[str, Any]) -> tuple[Mapping[str, Any], str | None]:
+def lineage_extra(path: Location, payload: dict[str, Any]) -> tuple[Mapping[str, Any], str | None]:
     """The training dataset's ``manifest.extra`` as the checkpoint records it
     (``payload["dataset"]``, see :func:`gpuspark.train.recipes.rank.dataset_lineage`) and
     the dataset's path; for a ``best.pt`` of a version that did not record it, the manifest
@@ -314,7 +328,7 @@ def lineage_extra(path: Path, payload: dict[str, Any]) -> tuple[Mapping[str, Any
     return _manifest_extra(path, payload)
 
 
-def _serving(path: Path, payload: dict[str, Any]) -> TabularServing:
+def _serving(path: Location, payload: dict[str, Any]) -> TabularServing:
     """The preprocessing the checkpoint records, else its training dataset's manifest's."""
     extra, dataset = lineage_extra(path, payload)
     tab = extra.get("tabular")
@@ -329,7 +343,9 @@ def _serving(path: Path, payload: dict[str, Any]) -> TabularServing:
         ) from None
 
 
-def _manifest_extra(path: Path, payload: dict[str, Any]) -> tuple[Mapping[str, Any], str | None]:
+def _manifest_extra(
+    path: Location, payload: dict[str, Any]
+) -> tuple[Mapping[str, Any], str | None]:
     """A ``best.pt`` of a version that did not record the preprocessing: its dataset's."""
     config = payload.get("config")
     data = (config.get("dataset") or {}).get("data") if isinstance(config, Mapping) else None
@@ -360,7 +376,7 @@ class _NetShape:
     layers: int
 
 
-def _net_shape(path: Path | str, state: Mapping[str, Any]) -> _NetShape:
+def _net_shape(path: Location | str, state: Mapping[str, Any]) -> _NetShape:
     linear = sorted(
         int(k.split(".")[1]) for k in state if k.startswith("mlp.") and k.endswith(".weight")
     )
@@ -376,7 +392,7 @@ def _net_shape(path: Path | str, state: Mapping[str, Any]) -> _NetShape:
     )
 
 
-def _shape(path: Path, state: Mapping[str, Any], serving: TabularServing) -> tuple[int, int]:
+def _shape(path: Location, state: Mapping[str, Any], serving: TabularServing) -> tuple[int, int]:
     """``(hidden, layers)`` of the network in ``state``, after checking that it reads the
     columns ``serving`` names and gives one output per label value."""
     shape = _net_shape(path, state)

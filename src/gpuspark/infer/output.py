@@ -7,6 +7,9 @@ destination is refused unless ``overwrite``, and even then only a folder that ``
 wrote (its marker lists every file) is replaced: a user's folder is never emptied. The old
 folder is moved aside and removed only after the new one is in place, so a failed run leaves
 the old predictions as they were. (The same rule as ``gpuspark datasets``' generated folders.)
+
+A URL destination (``s3://bucket/preds``) holds the same files, staged below it and committed
+without a rename (:mod:`gpuspark.infer.store_output`); the functions here take either.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 
 from gpuspark import storage
 from gpuspark.errors import DatasetExistsError, GpusparkError
+from gpuspark.infer import store_output as remote
+from gpuspark.storage import Location, RemotePath
 
 __all__ = [
     "MARKER",
@@ -30,40 +35,42 @@ __all__ = [
     "parquet_files",
     "staged_output",
     "write_marker",
+    "write_parquet",
+    "write_table",
 ]
 
 MARKER = "_gpuspark-predict.json"
 QUARANTINE_DIR = "_quarantine"
 
 
-def check_destination(dst: str | os.PathLike[str], overwrite: bool, source: str | None) -> Path:
-    """``dst`` as an absolute local path, refused now (before any Spark job) when it is a
-    file, cannot be created, exists without ``overwrite``, is not a predictions folder, holds
-    the current directory, or is (or holds, or lies in) the source."""
+def check_destination(dst: str | os.PathLike[str], overwrite: bool, source: str | None) -> Location:
+    """``dst`` as an absolute local path or a URL, refused now (before any Spark job) when it
+    is a file, cannot be created (a URL: cannot be written), exists without ``overwrite``, is
+    not a predictions folder, holds the current directory, or is (or holds, or lies in) the
+    source."""
     text = os.fspath(dst)
-    if storage.is_url(text):
-        raise GpusparkError(
-            f"destination {text} is a remote URL",
-            remedy="write to a local or shared path (the folder is renamed into place)",
-        )
-    root = Path(os.path.abspath(os.path.expanduser(storage.local_path(text))))
-    problem = storage.directory_problem(root)
-    if problem is not None:
-        raise GpusparkError(f"destination {text} {problem.text}", remedy=problem.remedy)
-    if _overlaps(source, root):
+    if _overlaps(source, text):
         raise GpusparkError(
             f"destination {text} overlaps the input {source}",
             remedy="write the predictions to another folder",
         )
+    if storage.is_url(text):
+        url = RemotePath(storage.location(text))
+        remote.check_remote(url, overwrite, MARKER)
+        return url
+    root = Path(os.path.abspath(os.path.expanduser(storage.local_path(text))))
+    problem = storage.directory_problem(root)
+    if problem is not None:
+        raise GpusparkError(f"destination {text} {problem.text}", remedy=problem.remedy)
     _check_replaceable(root, overwrite)
     return root
 
 
-def _overlaps(source: str | None, root: Path) -> bool:
-    """Whether the local input ``source`` is, holds or lies in ``root``."""
-    if source is None or storage.is_url(source):
+def _overlaps(source: str | None, dst: str) -> bool:
+    """Whether the input ``source`` is, holds or lies in ``dst`` (paths or URLs)."""
+    if source is None:
         return False
-    return storage.is_within(source, root) or storage.is_within(root, source)
+    return storage.is_within(source, dst) or storage.is_within(dst, source)
 
 
 def _check_replaceable(root: Path, overwrite: bool) -> None:
@@ -90,10 +97,17 @@ def _check_replaceable(root: Path, overwrite: bool) -> None:
 
 
 @contextmanager
-def staged_output(root: Path, overwrite: bool) -> Iterator[Path]:
-    """A new folder beside ``root`` to write into: when the block ends it replaces ``root``
-    (with :data:`MARKER`: the caller's :func:`write_marker`, else one without a summary);
-    when the block fails it is removed and ``root`` stays as it was."""
+def staged_output(root: Location, overwrite: bool) -> Iterator[Location]:
+    """A new folder beside ``root`` (a URL: a staging prefix below it) to write into: when
+    the block ends it replaces ``root`` (with :data:`MARKER`: the caller's
+    :func:`write_marker`, else one without a summary); when the block fails it is removed
+    and ``root`` stays as it was."""
+    if isinstance(root, RemotePath):
+        with remote.staged_remote(root, overwrite, MARKER) as staging:
+            yield staging
+            if not storage.is_file(staging / MARKER):
+                write_marker(staging, {})
+        return
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = storage.new_dir_beside(root)
     try:
@@ -104,9 +118,34 @@ def staged_output(root: Path, overwrite: bool) -> Iterator[Path]:
         raise
 
 
-def write_marker(folder: Path, summary: dict[str, Any]) -> None:
+def write_marker(folder: Location, summary: dict[str, Any]) -> None:
     """:data:`MARKER`: ``summary`` and every file of ``folder`` (written last)."""
-    storage.write_file_list(folder, MARKER, {"command": "predict", **summary})
+    payload = {"command": "predict", **summary}
+    if isinstance(folder, RemotePath):
+        remote.write_remote_marker(folder, MARKER, payload)
+    else:
+        storage.write_file_list(folder, MARKER, payload)
+
+
+def write_parquet(df: Any, folder: Location) -> None:
+    """The rows of the Spark DataFrame ``df`` appended to ``folder`` as Parquet part files
+    (Spark's writer; a URL: one file per task, :mod:`~gpuspark.infer.store_output`)."""
+    if isinstance(folder, RemotePath):
+        remote.write_remote_parquet(df, folder)
+    else:
+        df.write.mode("append").parquet(str(folder))
+
+
+def write_table(folder: Location, table: Any) -> None:
+    """The pyarrow ``table`` as the one part file of the new folder ``folder`` (written by
+    the driver: the quarantine tables)."""
+    if isinstance(folder, RemotePath):
+        remote.write_remote_table(folder, table)
+        return
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    pq.write_table(table, folder / "part-00000.parquet")
 
 
 def _commit(tmp: Path, root: Path, overwrite: bool) -> None:
@@ -123,20 +162,30 @@ def parquet_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
 
 
-def count_rows(folder: Path) -> int:
+def count_rows(folder: Location) -> int:
     """Rows of the Parquet part files in ``folder`` (from their footers)."""
     import pyarrow.parquet as pq
 
+    if isinstance(folder, RemotePath):
+        return remote.count_remote_rows(folder)
     return sum(pq.ParquetFile(p).metadata.num_rows for p in parquet_files(folder))
 
 
-def count_by_reason(folder: Path, key: Callable[[str], str] = str) -> dict[str, int]:
+def count_by_reason(folder: Location, key: Callable[[str], str] = str) -> dict[str, int]:
     """Rows of the quarantine table ``folder`` per ``key(reason)``, most first."""
+    out: dict[str, int] = {}
+    for reason in _reasons(folder):
+        k = key(reason)
+        out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _reasons(folder: Location) -> list[str]:
     import pyarrow.parquet as pq
 
-    out: dict[str, int] = {}
+    if isinstance(folder, RemotePath):
+        return remote.remote_reasons(folder)
+    found: list[str] = []
     for p in parquet_files(folder):
-        for reason in pq.read_table(p, columns=["reason"]).column("reason").to_pylist():
-            k = key(str(reason))
-            out[k] = out.get(k, 0) + 1
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+        found += [str(r) for r in pq.read_table(p, columns=["reason"]).column("reason").to_pylist()]
+    return found

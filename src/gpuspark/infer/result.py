@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gpuspark.infer.output import QUARANTINE_DIR
+from gpuspark.storage import Location
 
 __all__ = ["PredictResult", "finish", "worker_fields"]
 
@@ -83,7 +83,7 @@ def worker_fields(workers: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def finish(result: PredictResult, root: Path, src: str, t0: float) -> PredictResult:
+def finish(result: PredictResult, root: Location, src: str, t0: float) -> PredictResult:
     """The result as the committed folder will show it."""
     result.output = str(root)
     result.quarantine = str(root / QUARANTINE_DIR)

@@ -36,6 +36,7 @@ from gpuspark.infer.features import (
     plan_input,
     spark_kinds,
 )
+from gpuspark.infer.file_types import FileTypes, check_file_types, file_types, mismatch_error
 from gpuspark.infer.model import (
     CheckpointFile,
     LoadedModel,
@@ -50,9 +51,12 @@ from gpuspark.infer.output import (
     count_rows,
     staged_output,
     write_marker,
+    write_parquet,
+    write_table,
 )
 from gpuspark.infer.result import PredictResult, finish, worker_fields
 from gpuspark.infer.worker import ScoreTask, WorkerStatsParam, score_function
+from gpuspark.storage import Location
 
 __all__ = ["DEFAULT_BATCH_SIZE", "arrow_batches", "predict_table", "prob_columns"]
 
@@ -91,10 +95,16 @@ def predict_table(
     _check_options(id, batch_size, partitions)
     loaded = load_model(model)
     frame, src = _source(source)
+    read_as: dict[str, str] = {}
     if frame is not None:
         plan_input(spark_kinds(frame.schema), loaded.serving, loaded.path, src, id)
     elif not storage.is_url(src):
-        plan_input(arrow_kinds(_parquet_schema(src)), loaded.serving, loaded.path, src, id)
+        schema, found = _parquet_schema(src)
+        serving = loaded.serving
+        read = _read_columns(schema.names, serving.features, id)
+        check_file_types(found, read, src, serving.numeric, serving.categorical)
+        plan_input(arrow_kinds(schema), serving, loaded.path, src, id)
+        read_as = found.read_as
     root = check_destination(dst, overwrite, None if frame is not None else src)
     job = prepare_job(
         JobKind.DATA,
@@ -107,9 +117,9 @@ def predict_table(
     announce(progress)
     session_of = spark if spark is not None else getattr(frame, "sparkSession", None)
     with job.discard_on_error(), job_session(spark=session_of, **job.session_args()) as session:
-        df = frame if frame is not None else _read(session, src)
+        df = frame if frame is not None else _read(session, src, read_as)
         plan = plan_input(spark_kinds(df.schema), loaded.serving, loaded.path, src, id)
-        with staged_output(root, overwrite) as tmp:
+        with staged_output(root, overwrite) as tmp, _one_line_read_errors(src):
             run = _Run(session, loaded, plan, tmp, batch_size, progress)
             result = run.execute(df if not partitions else df.repartition(partitions))
             result = finish(result, root, src, t0)
@@ -148,9 +158,11 @@ def _source(source: Any) -> tuple[Any, str]:
     return source, "the DataFrame"
 
 
-def _parquet_schema(path: str) -> Any:
+def _parquet_schema(path: str) -> tuple[Any, FileTypes]:
     """The schema Spark will read (pyarrow's view of the files; hive partition folders as
-    columns); a one-line error when the path holds no readable Parquet."""
+    columns; a column whose files hold types Spark reads as one wider type, as that type)
+    and what every file's footer says (:mod:`gpuspark.infer.file_types`); a one-line error
+    when the path holds no readable Parquet."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
@@ -159,6 +171,11 @@ def _parquet_schema(path: str) -> Any:
         found = ds.dataset(path, format="parquet", partitioning="hive")
         files = found.files
         schema = found.schema
+        root = Path(path)
+        footers = file_types(
+            (os.path.relpath(f.path, root) if root.is_dir() else root.name, f.physical_schema)
+            for f in found.get_fragments()
+        )
     except (OSError, ValueError, pa.ArrowException) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise GpusparkError(
@@ -166,20 +183,57 @@ def _parquet_schema(path: str) -> Any:
         ) from None
     if not files:
         raise GpusparkError(f"input {path} holds no Parquet files", remedy=remedy)
-    return schema
+    for i, f in enumerate(schema):
+        wider = footers.arrow_type(f.name)
+        if wider is not None:
+            schema = schema.set(i, f.with_type(pa.type_for_alias(wider)))
+    return schema, footers
 
 
-def _read(spark: Any, src: str) -> Any:
+def _read_columns(names: list[str], features: tuple[str, ...], id: str | None) -> list[str]:
+    """The columns the job reads: the features, then ``id`` or every other column."""
+    kept = [id] if id is not None else [c for c in names if c not in features]
+    return [*features, *kept]
+
+
+def _read(spark: Any, src: str, read_as: dict[str, str]) -> Any:
+    """The input as a DataFrame; a column in ``read_as`` as the Spark type named there (its
+    files hold narrower types, :func:`~gpuspark.infer.file_types.file_types`)."""
     from pyspark.errors import AnalysisException
+    from pyspark.sql import types as T
 
+    named: dict[str, Any] = {"int": T.IntegerType, "bigint": T.LongType, "float": T.FloatType}
+    named |= {"double": T.DoubleType, "string": T.StringType, "boolean": T.BooleanType}
     try:
-        return spark.read.parquet(src)
+        df = spark.read.parquet(src)
+        if read_as:
+            fields = [
+                T.StructField(f.name, named[read_as[f.name]](), f.nullable)
+                if f.name in read_as
+                else f
+                for f in df.schema.fields
+            ]
+            df = spark.read.schema(T.StructType(fields)).parquet(src)
+        return df
     except AnalysisException as exc:
         first = str(exc).strip().splitlines()[0][:300]
         raise GpusparkError(
             f"input {src} cannot be read as Parquet: {first}",
             remedy="pass a Parquet file or a folder of Parquet files",
         ) from exc
+
+
+@contextmanager
+def _one_line_read_errors(src: str) -> Iterator[None]:
+    """A job that fails on files of another column type than Spark expected (an input that
+    could not be checked first: a URL, a DataFrame) fails in one line."""
+    try:
+        yield
+    except Exception as exc:
+        err = mismatch_error(exc, src)
+        if err is None:
+            raise
+        raise err from exc
 
 
 # -------------------------------------------------------------------------------- the jobs
@@ -194,7 +248,7 @@ class _Run:
         spark: Any,
         loaded: LoadedModel,
         plan: InputPlan,
-        tmp: Path,
+        tmp: Location,
         batch_size: int,
         progress: Progress | None,
     ) -> None:
@@ -212,7 +266,7 @@ class _Run:
                 t_predict = time.monotonic()
                 scored = self._scored(encoded, model_bytes, counters, stats)
                 with arrow_batches(self.spark, self.batch_size):
-                    scored.write.mode("append").parquet(str(self.tmp))
+                    write_parquet(scored, self.tmp)
                 predict_s = time.monotonic() - t_predict
                 watch.phase = "quarantine"
                 self._write_quarantine(encoded, counters["quarantined"].value)
@@ -241,7 +295,6 @@ class _Run:
         """The rows with a reason, and the reason: a second Spark job over the input when
         the scoring tasks left rows out, else an empty table written here (no second pass
         over the input for clean data)."""
-        import pyarrow.parquet as pq
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -250,11 +303,9 @@ class _Run:
         )
         folder = self.tmp / QUARANTINE_DIR
         if seen:
-            bad.filter(F.col("reason").isNotNull()).write.parquet(str(folder))
+            write_parquet(bad.filter(F.col("reason").isNotNull()), folder)
             return
-        folder.mkdir()
-        schema = to_arrow_schema(bad.schema)
-        pq.write_table(schema.empty_table(), folder / "part-00000.parquet")
+        write_table(folder, to_arrow_schema(bad.schema).empty_table())
 
     def _scored(self, encoded: Any, model_bytes: Any, counters: dict[str, Any], stats: Any) -> Any:
         from pyspark.sql.types import DoubleType, StructField, StructType

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from gpuspark.infer.model import (
     recipe_input,
     volume_recipes,
 )
+from gpuspark.storage import Location
 from gpuspark.train.recipes.config import GROUPS, RecipeConfig
 from gpuspark.train.recipes.registry import Decoder, Recipe, get_recipe
 
@@ -121,7 +123,7 @@ def load_volume_model(model: str | os.PathLike[str] | CheckpointFile) -> VolumeM
     )
 
 
-def _volume_recipe(path: Path, name: str) -> Recipe:
+def _volume_recipe(path: Location, name: str) -> Recipe:
     """The registered recipe ``name``, refused unless it reads DICOM volumes."""
     if recipe_input(name) == "volume":
         return get_recipe(name)
@@ -131,7 +133,8 @@ def _volume_recipe(path: Path, name: str) -> Recipe:
         raise RecipeError(
             f"model {path} is a {name!r} checkpoint, which scores tables, not DICOM studies; "
             f"predict dicom serves checkpoints of {served}",
-            remedy=f"score tables with `gpuspark predict TABLE --model {path}`, or {remedy}",
+            remedy=f"score tables with `gpuspark predict TABLE --model {shlex.quote(str(path))}`"
+            f", or {remedy}",
         )
     raise RecipeError(
         f"model {path} is a {name!r} checkpoint, not trained on DICOM volumes; predict dicom "
@@ -140,7 +143,7 @@ def _volume_recipe(path: Path, name: str) -> Recipe:
     )
 
 
-def dicom_options(prep: Any, path: Path | str) -> DicomOptions:
+def dicom_options(prep: Any, path: Location | str) -> DicomOptions:
     """The :class:`DicomOptions` of a ``prep dicom`` job from the ``prep`` entry its manifest
     recorded (written by :func:`gpuspark.data.prep.prep_dicom`): the window as recorded
     (name, level, width; ``level`` None: raw HU), spacing and shape ``(z, y, x)``, the output
@@ -180,7 +183,7 @@ def _triple(value: Any, kind: type) -> Any:
     return None if value is None else tuple(kind(v) for v in value)
 
 
-def recipe_config(config: Any, path: Path | str) -> RecipeConfig:
+def recipe_config(config: Any, path: Location | str) -> RecipeConfig:
     """The :class:`RecipeConfig` a ``best.pt`` recorded (``asdict`` of the run's config):
     each group's known fields, and the model options of every recipe this process knows."""
     if not isinstance(config, Mapping):
@@ -231,7 +234,7 @@ def _input_shape(decode: Decoder, options: DicomOptions) -> tuple[int, ...] | No
 
 
 def _check_network(
-    path: Path,
+    path: Location,
     recipe: Recipe,
     cfg: RecipeConfig,
     classes: int,

@@ -14,6 +14,7 @@ from gpuspark.storage.files import (
     filesystem,
     folder_files,
     foreign_files,
+    fresh_filesystem,
     holds_cwd,
     is_url,
     is_within,
@@ -24,12 +25,15 @@ from gpuspark.storage.files import (
     new_dir_beside,
     open_file,
     swap_into_place,
+    unlisted_files,
     write_file_list,
 )
 from gpuspark.storage.locations import (
     Location,
     RemotePath,
     as_path,
+    files_below,
+    foreign_files_at,
     is_dir,
     is_file,
     local_copy,
@@ -39,6 +43,7 @@ from gpuspark.storage.locations import (
     read_bytes,
     remove,
     text_of,
+    upload_tree,
 )
 from gpuspark.storage.remote import (
     CREDENTIAL_VARIABLES,
@@ -48,6 +53,8 @@ from gpuspark.storage.remote import (
     is_secret,
     redact,
     scheme,
+    store_failure,
+    with_credentials,
 )
 
 __all__ = [
@@ -65,9 +72,12 @@ __all__ = [
     "display_name",
     "exists",
     "file_size",
+    "files_below",
     "filesystem",
     "folder_files",
     "foreign_files",
+    "foreign_files_at",
+    "fresh_filesystem",
     "holds_cwd",
     "is_dir",
     "is_file",
@@ -88,7 +98,11 @@ __all__ = [
     "redact",
     "remove",
     "scheme",
+    "store_failure",
     "swap_into_place",
     "text_of",
+    "unlisted_files",
+    "upload_tree",
+    "with_credentials",
     "write_file_list",
 ]

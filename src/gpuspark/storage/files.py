@@ -325,10 +325,20 @@ def write_file_list(folder: Path, marker: str, payload: dict[str, Any]) -> None:
 def foreign_files(dst: Path, marker: str, writer: str) -> str | None:
     """Why ``dst`` is not wholly ``writer``'s output (no readable ``marker``, or files it
     does not list), or ``None`` when it is."""
-    present = [f for f in folder_files(dst) if f != marker]
     try:
-        listed = set(json.loads((dst / marker).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+        text: bytes | None = (dst / marker).read_bytes()
+    except OSError:
+        text = None
+    return unlisted_files(folder_files(dst), text, marker, writer)
+
+
+def unlisted_files(present: list[str], text: bytes | None, marker: str, writer: str) -> str | None:
+    """Why a folder holding ``present`` (relative paths) whose ``marker`` reads ``text``
+    (``None``: missing) is not wholly ``writer``'s output, or ``None`` when it is."""
+    present = [f for f in present if f != marker]
+    try:
+        listed = set(json.loads(text or b"")["files"])
+    except (ValueError, KeyError, TypeError):
         shown = ", ".join(sorted(present)[:_SHOWN]) or "folders only"
         return f"was not written by {writer} (no readable {marker}; it holds {shown})"
     extra = sorted(f for f in present if f not in listed)

@@ -19,12 +19,21 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpuspark.storage.files import filesystem, fresh_filesystem, is_url, local_path
+from gpuspark.storage.files import (
+    filesystem,
+    folder_files,
+    fresh_filesystem,
+    is_url,
+    local_path,
+    unlisted_files,
+)
 
 __all__ = [
     "Location",
     "RemotePath",
     "as_path",
+    "files_below",
+    "foreign_files_at",
     "is_dir",
     "is_file",
     "local_copy",
@@ -34,6 +43,7 @@ __all__ = [
     "read_bytes",
     "remove",
     "text_of",
+    "upload_tree",
 ]
 
 
@@ -189,3 +199,38 @@ def local_copy(location: str | os.PathLike[str] | RemotePath) -> Iterator[Path]:
         target = Path(tmp) / (where.name or "root")
         fs.get(inner, str(target), recursive=is_dir(where))
         yield target
+
+
+def files_below(location: Location) -> list[str]:
+    """Every file below a folder (a URL: every object below the prefix), as relative POSIX
+    paths, sorted; ``[]`` when it does not exist."""
+    if isinstance(location, Path):
+        return sorted(folder_files(location)) if location.is_dir() else []
+    fs, inner = fresh_filesystem(str(location))
+    top = inner.rstrip("/")
+    try:
+        found = fs.find(top)
+    except FileNotFoundError:
+        return []
+    return sorted(posixpath.relpath(f, top) for f in found if f.rstrip("/") != top)
+
+
+def foreign_files_at(location: Location, marker: str, writer: str) -> str | None:
+    """Why the folder or prefix ``location`` is not wholly ``writer``'s output (no readable
+    ``marker``, or files it does not list), or ``None`` when it is."""
+    try:
+        text: bytes | None = read_bytes(location / marker)
+    except OSError:
+        text = None
+    return unlisted_files(files_below(location), text, marker, writer)
+
+
+def upload_tree(folder: Path, url: RemotePath, last: str | None = None) -> list[str]:
+    """Copy every file of the local ``folder`` to the same relative names below ``url``,
+    ``last`` (a marker) after all others; the relative names, sorted."""
+    fs, _ = filesystem(str(url))
+    names = sorted(folder_files(folder))
+    for batch in ([n for n in names if n != last], [n for n in names if n == last]):
+        if batch:  # one call: the async clients (s3fs, gcsfs, adlfs) upload concurrently
+            fs.put([str(folder / n) for n in batch], [filesystem(str(url / n))[1] for n in batch])
+    return names

@@ -15,15 +15,18 @@ secret ones wherever a value is shown.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from gpuspark._util.extras import require
 from gpuspark.errors import GpusparkError
 from gpuspark.storage.files import filesystem, is_url, join
+
+_T = TypeVar("_T")
 
 __all__ = [
     "CREDENTIAL_VARIABLES",
@@ -33,6 +36,8 @@ __all__ = [
     "is_secret",
     "redact",
     "scheme",
+    "store_failure",
+    "with_credentials",
 ]
 
 _S3 = ("s3", "s3a", "s3n")
@@ -176,3 +181,37 @@ def is_secret(name: str) -> bool:
 def redact(values: Mapping[str, str]) -> dict[str, str]:
     """``values`` with every secret one (:func:`is_secret`) replaced by a marker."""
     return {k: (_REDACTED if is_secret(k) else v) for k, v in values.items()}
+
+
+def with_credentials(fn: Callable[..., _T], url: str) -> Callable[..., _T]:
+    """``fn`` for a Spark task that reads or writes ``url``: the driver's store credential
+    variables (:func:`credential_env`) are set in the task's process first. A running
+    cluster's executors were started with their own environment; the values travel inside
+    the task, never in the Spark conf (which the Spark UI and event logs show). ``fn`` as it
+    is for a local path or when no such variable is set."""
+    creds = credential_env() if is_url(url) else {}
+    return functools.partial(_with_env, creds, fn) if creds else fn
+
+
+def _with_env(env: Mapping[str, str], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    os.environ.update(env)
+    return fn(*args, **kwargs)
+
+
+_STORE_CLIENTS = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs"})
+"""Top-level packages whose exceptions are a store's (or its network's) failure."""
+
+
+def store_failure(exc: BaseException) -> GpusparkError | None:
+    """A one-line error for an exception of an object store's client (after the client's
+    own retries: the store or the network to it failed), or ``None`` for any other one."""
+    package = type(exc).__module__.split(".")[0]
+    if package not in _STORE_CLIENTS and not package.startswith(("google", "azure")):
+        return None
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return GpusparkError(
+        f"the object store failed after its client's retries ({type(exc).__name__}: {text})",
+        remedy="check the store's endpoint (AWS_ENDPOINT_URL for S3-compatible stores), the "
+        "network and the store's status, then run the command again; a write that failed is "
+        "not visible (its manifest or marker is written last)",
+    )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuspark import storage
 from gpuspark._util.spark_compat import sql_functions
 from gpuspark.data.prep.common import (
     SHARD_BYTES,
@@ -87,6 +88,7 @@ def run_grouped(run: PrepRun, spark: Any, job: GroupedJob) -> PrepResult:
     done: dict[str, Any] = {}
     with run.watching(spark, phase="headers") as watch:
         fn = _header_fn(source, run.counters["quarantined"], opts.fractions, split_of, job)
+        fn = storage.with_credentials(fn, src)  # the tasks read src
         heads = _source_units(spark, src).mapInArrow(fn, _HEADER_DDL)
         heads = heads.persist(StorageLevel.MEMORY_AND_DISK)
         try:

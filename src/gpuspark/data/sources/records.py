@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from gpuspark import storage
 from gpuspark.data.checks import SPLIT_NAMES, parse_split
@@ -101,16 +101,16 @@ _KEY_COLUMNS = {
 def read_labels(path: str | os.PathLike[str], *, label_column: str = "label") -> LabelTable:
     """Read a labels CSV with a ``series_uid`` (or ``SeriesInstanceUID``) or ``patient_id``
     column and a ``label`` column (integers, or names mapped to 0..K-1 in sorted order)."""
-    p = Path(path)
-    if p.is_dir():
+    p = storage.as_path(path)  # a local path or a URL (s3://bucket/labels.csv)
+    if storage.is_dir(p):
         raise LabelsError(
             f"labels file {p} is a directory, not a CSV file",
             remedy="pass the CSV file itself: --labels FILE.csv",
         )
-    if not p.is_file():
+    if not storage.is_file(p):
         raise LabelsError(f"labels file {p} does not exist", remedy="pass --labels FILE.csv")
-    with open(p, newline="") as f:
-        rows = list(csv.DictReader(f))
+    text = storage.read_bytes(p).decode("utf-8")
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
     header = list(rows[0].keys()) if rows else []
     cols = {c.strip().lower(): c for c in header}
     key_col = next((cols[c] for c in _KEY_COLUMNS if c in cols), None)

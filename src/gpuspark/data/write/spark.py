@@ -62,8 +62,9 @@ def _task_writer(
     ``partition_fn`` makes of them."""
 
     # a store's credentials travel inside the task (never in the Spark conf, which the UI
-    # and event logs show): a running cluster's executors were started without them
-    creds = storage.credential_env() if storage.is_url(staging) else {}
+    # and event logs show): a running cluster's executors were started without them, and
+    # the task may read its input from a store (prep dicom s3://…) whatever it writes to
+    creds = storage.credential_env()
 
     def write_partition(batches: Iterable[Any]) -> Iterable[Any]:
         import pyarrow as pa

@@ -49,6 +49,10 @@ def _at_least_one(obj: Any, *names: str) -> None:
             raise RecipeError(f"{name} must be >= 1, got: {getattr(obj, name)}")
 
 
+DEFAULT_CACHE_DIR = "~/.gpuspark/cache/shards"
+"""The node cache's folder when none is given, on each node (``~`` is the rank's home)."""
+
+
 @dataclass
 class DataConfig:
     """What each rank reads of the dataset, and how."""
@@ -69,10 +73,31 @@ class DataConfig:
     """Evaluate the best model on this split at the end (rank 0); ``None``: skip."""
     num_workers: int = 0
     """Loader worker processes per rank."""
+    cache: bool = option(
+        True,
+        cli="Copy the shards of a dataset at a URL to a node-local cache, fetched once for "
+        "every rank of the node and every epoch (--no-cache: read them from the store each "
+        "time).",
+    )
+    """Node cache of a remote dataset's shards (:class:`~gpuspark.data.load.ShardCache`)."""
+    cache_dir: str | None = option(
+        None,
+        cli=f"The node-local cache folder [default: {DEFAULT_CACHE_DIR}].",
+        path=True,
+    )
+    """Where the node cache lies (each node's own disk); ``None``: :data:`DEFAULT_CACHE_DIR`."""
+    cache_gb: float | None = option(
+        None, cli="Cap of the node cache in GB; the least recently used shards go first."
+    )
+    """The cache's cap in GB (``None``: no cap)."""
     augment: bool = True
     """Apply the shared image augmentation (recipes with ``Recipe.augments``)."""
     seed: int = 0
     """Seed of the shuffle, the initial weights and the augmentation."""
+
+    def __post_init__(self) -> None:
+        if self.cache_gb is not None and not self.cache_gb > 0:
+            raise RecipeError(f"cache_gb must be > 0 (GB), got: {self.cache_gb}")
 
 
 @dataclass

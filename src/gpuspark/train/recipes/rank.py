@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 from dataclasses import asdict
 from typing import Any
@@ -25,7 +26,7 @@ from gpuspark.train import tracking as tracked
 from gpuspark.train.checkpoint_dir import latest, load_payload
 from gpuspark.train.loop import FitConfig, fit
 from gpuspark.train.recipes.common import augment
-from gpuspark.train.recipes.config import RecipeConfig
+from gpuspark.train.recipes.config import DEFAULT_CACHE_DIR, RecipeConfig
 from gpuspark.train.recipes.registry import (
     Decoder,
     Recipe,
@@ -53,8 +54,23 @@ def _train_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder) -> Any:
     if recipe.dataset is not None:
         return recipe.dataset(cfg, cfg.dataset.train_split, True)
     return ShardDataset(
-        cfg.dataset.data, decode=decode, split=cfg.dataset.train_split, seed=cfg.dataset.seed
+        cfg.dataset.data,
+        decode=decode,
+        split=cfg.dataset.train_split,
+        seed=cfg.dataset.seed,
+        **node_cache(cfg),
     )
+
+
+def node_cache(cfg: RecipeConfig) -> dict[str, Any]:
+    """The node cache's arguments of a :class:`ShardDataset` (``cache_dir``,
+    ``cache_limit_bytes``): on for a dataset at a URL unless ``--no-cache``."""
+    data = cfg.dataset
+    if not data.cache or not storage.is_url(data.data):
+        return {}
+    where = os.path.expanduser(data.cache_dir or DEFAULT_CACHE_DIR)
+    cap = int(data.cache_gb * 1e9) if data.cache_gb else None
+    return {"cache_dir": where, "cache_limit_bytes": cap}
 
 
 def _eval_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, split: str) -> Any:
@@ -63,7 +79,13 @@ def _eval_dataset(recipe: Recipe, cfg: RecipeConfig, decode: Decoder, split: str
     if recipe.dataset is not None:
         return recipe.dataset(cfg, split, False)
     return ShardDataset(
-        cfg.dataset.data, decode=decode, split=split, shuffle=False, drop_last=False, world=World()
+        cfg.dataset.data,
+        decode=decode,
+        split=split,
+        shuffle=False,
+        drop_last=False,
+        world=World(),
+        **node_cache(cfg),
     )
 
 
@@ -232,7 +254,9 @@ def _export_best(
     payload = {
         "recipe": recipe.name,
         "epoch": epoch,
-        "score": recipe.score({k[4:]: v for k, v in scores.items() if k.startswith("val_")}),
+        "score": recipe.score({k[4:]: v for k, v in scores.items() if k.startswith("val_")})
+        if scores
+        else None,  # trained without a validation split: the final model
         "scores": scores,
         "config": asdict(cfg),
         "model": state,
@@ -362,6 +386,8 @@ def _train(name: str, cfg: RecipeConfig, run: tracked.TrackedRun | None) -> Trai
         ),
         tracking=run,
     )
+    if val_ds is None:  # no split to choose by: the final model is the one to serve
+        _export_best(model, recipe, cfg, cfg.optim.epochs - 1, {}, dataset_lineage(cfg, manifest))
     meter = ddp.comm_meter(model)
     rank0 = dist.get_rank() == 0
     testing = cfg.dataset.test_split and (rank0 or fsdp.is_sharded(model))
