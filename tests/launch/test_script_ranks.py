@@ -97,3 +97,32 @@ def test_a_script_ranks_exit_code_fails_the_launch_naming_it(
     out += captured.out + captured.err
     assert code != 0
     assert "rank 1" in out and "SystemExit" in out and "3" in out, out
+
+
+READER = textwrap.dedent(
+    """
+    import os, sys
+    print("READ " + os.environ["RANK"] + " " + repr(sys.stdin.read()), flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "fresh",
+    [True, pytest.param(False, marks=pytest.mark.slow)],  # slow: ~12 s, torch imported twice
+    ids=["forked", "new-interpreter"],
+)
+def test_rank_0_reads_the_launchers_stdin_as_under_torchrun(fresh: bool, tmp_path: Path) -> None:
+    """``echo hi | gpuspark launch --local -n 2 s.py``: the ranks read nothing (hardening
+    case 18); under torchrun rank 0 reads the launcher's standard input."""
+    script = tmp_path / "reader.py"
+    script.write_text(READER)
+    argv = ["launch", "--local", "--gpus-per-process", "0", "-n", "2", str(script)]
+    warm = "" if fresh else "import torch; torch.ones(64, 512) @ torch.ones(512, 512); "
+    code = warm + "import sys; from gpuspark.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, *argv], input="hi\nthere\n",
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "[rank 0] READ 0 'hi\\nthere\\n'" in out, out
+    assert "[rank 1] READ 1 ''" in out, out

@@ -250,3 +250,19 @@ def test_a_run_without_a_validation_split_still_leaves_a_servable_best_pt(tmp_pa
     recipes.run("resnet2d", cfg, num_processes=1, local=True, timeout=120)
     payload = torch.load(tmp_path / "run" / "best.pt", map_location="cpu", weights_only=True)
     assert payload["recipe"] == "resnet2d" and payload["score"] is None and payload["model"]
+
+
+def test_volumes_of_several_shapes_are_refused_before_any_rank(tmp_path: Path) -> None:
+    """``prep dicom`` without ``--shape`` keeps each series' own shape; ``train resnet3d``
+    then failed in every rank's collate with a traceback. The schema says the shape varies:
+    one line before any rank, naming ``--shape`` and ``--batch-size 1``."""
+    from gpuspark.train.recipes.driver import preflight
+
+    ds = tmp_path / "ds"
+    with ShardWriter(ds) as w:
+        for i, depth in enumerate((4, 5, 4, 6)):
+            w.write({"volume": np.zeros((1, depth, 8, 8), np.float32), "label": i % 2})
+    cfg = {"data": str(ds), "train_split": None, "val_split": None}
+    with pytest.raises(RecipeError, match=r"several shapes.*--shape Z,Y,X.*--batch-size 1"):
+        preflight("resnet3d", RecipeConfig(**cfg, batch_size=2))
+    assert preflight("resnet3d", RecipeConfig(**cfg, batch_size=1)).name == "resnet3d"

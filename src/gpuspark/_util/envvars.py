@@ -30,6 +30,7 @@ __all__ = [
     "SPARK_LOG_LEVEL",
     "SPEC",
     "STATE_DIR",
+    "STDIN_FD",
     "TEAM",
     "YARN_RM",
     "EnvVar",
@@ -140,6 +141,11 @@ RANK_DIR = EnvVar(
 AGENT_PID = EnvVar(
     "GPUSPARK_AGENT_PID", "pid of the task's agent: a rank stops when it dies", set_by="launcher"
 )
+STDIN_FD = EnvVar(
+    "GPUSPARK_STDIN_FD",
+    "`launch --local`: the descriptor of the launcher's standard input, which rank 0 reads",
+    set_by="launcher",
+)
 FORKSERVER_SYS_PATH = EnvVar(
     "GPUSPARK_FORKSERVER_SYS_PATH",
     "the driver's `sys.path`, for the task's fork server",
@@ -169,6 +175,7 @@ ALL: tuple[EnvVar, ...] = (
     METRICS_HOST,
     RANK_DIR,
     AGENT_PID,
+    STDIN_FD,
     FORKSERVER_SYS_PATH,
 )
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpuspark._util import envvars
 from gpuspark.errors import LaunchError
 from gpuspark.launch._internal.agent import TaskSetup, run_task, store_port
 from gpuspark.launch._internal.logs import PrintSink, RankOutput
@@ -63,7 +68,29 @@ def run_local(
         store_fd=store_fd,
         collective_timeout=req.collective_timeout,
     )
-    return [run_task(spec, sink, timeout=req.timeout)]
+    with _stdin_for_rank0(spec) as spec:
+        return [run_task(spec, sink, timeout=req.timeout)]
+
+
+@contextlib.contextmanager
+def _stdin_for_rank0(spec: TaskSetup) -> Iterator[TaskSetup]:
+    """As under torchrun, rank 0 of a script reads the launcher's standard input (``echo hi |
+    gpuspark launch --local -n 2 s.py``): a copy of its descriptor goes down to the ranks
+    (:data:`~gpuspark._util.envvars.STDIN_FD`, see
+    :func:`gpuspark.launch._internal.worker.take_stdin`). Not a terminal: the agent and its
+    ranks run in a process group of their own, which a terminal would stop on a read."""
+    try:
+        usable = spec.script is not None and not os.isatty(0) and sys.stdin is not None
+    except OSError:  # no descriptor 0 at all
+        usable = False
+    if not usable:
+        yield spec
+        return
+    fd = os.dup(0)  # forked into the agent and the ranks it forks
+    try:
+        yield dataclasses.replace(spec, env={**spec.env, envvars.STDIN_FD.name: str(fd)})
+    finally:
+        os.close(fd)
 
 
 def _check_local_gpus(req: LaunchRequest) -> None:

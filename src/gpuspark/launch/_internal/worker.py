@@ -232,6 +232,23 @@ def _run_script(log_dir: str, target: list[str], collective_timeout: float | Non
     return 0
 
 
+def take_stdin(*, forked: bool) -> None:
+    """torchrun's standard input under ``launch --local``: rank 0 reads the launcher's (its
+    descriptor in :data:`~gpuspark._util.envvars.STDIN_FD`), the other ranks read nothing.
+    A rank ``forked`` from the agent has the descriptor (multiprocessing replaced fd 0 by
+    ``/dev/null``); a rank started as a new interpreter has fd 0 itself (a descriptor number
+    from the agent means nothing there)."""
+    fd = os.environ.pop(envvars.STDIN_FD.name, None)
+    if fd is None:
+        return
+    if os.environ.get("RANK") != "0":
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - the process's stdin from now on
+        if forked:
+            os.close(int(fd))
+    elif forked:
+        sys.stdin = os.fdopen(int(fd), "r")
+
+
 def script_entry(target: list[str], log_dir: str, collective_timeout: float | None) -> None:
     """Run a script or module on this rank in a process forked from the agent, which has
     imported torch already (a new interpreter would spend seconds importing it again).
@@ -243,6 +260,7 @@ def script_entry(target: list[str], log_dir: str, collective_timeout: float | No
     import atexit
 
     atexit._clear()  # the agent's and the Spark worker's handlers are not this rank's
+    take_stdin(forked=True)
     _setup(log_dir)
     code = _run_script(log_dir, target, collective_timeout)
     atexit._run_exitfuncs()
@@ -265,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     log_dir = argv[1]
+    take_stdin(forked=False)
     _setup(log_dir)
     atexit.register(_leave_without_teardown)
     return _run_script(log_dir, argv[2:], collective_timeout)

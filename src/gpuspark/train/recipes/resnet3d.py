@@ -57,6 +57,7 @@ def volume_decoder(cfg: RecipeConfig, manifest: Manifest) -> Decoder:
 
     A re-window needs uint8 volumes whose prep window is recorded in the manifest.
     """
+    _check_one_shape(cfg, manifest)
     window = cfg.model.of("resnet3d").window
     if window is None:
         return decode_volume
@@ -72,6 +73,22 @@ def volume_decoder(cfg: RecipeConfig, manifest: Manifest) -> Decoder:
         stored=(float(stored["level"]), float(stored["width"])),
         window=(float(window[0]), float(window[1])),
     )
+
+
+def _check_one_shape(cfg: RecipeConfig, manifest: Manifest) -> None:
+    """A batch needs volumes of one shape: a dataset whose schema says the volume's shape
+    varies (``prep dicom`` without ``--shape`` keeps each series' own) is refused before any
+    rank, not met as a collate error in every rank."""
+    volume = (manifest.schema or {}).get("volume") or {}
+    shape = volume.get("shape", [])
+    if cfg.optim.batch_size > 1 and (shape is None or None in shape):
+        raise RecipeError(
+            f"{cfg.dataset.data} holds volumes of several shapes ({shape or 'varying'}: prep "
+            f"dicom without --shape keeps each series' own), and a batch of "
+            f"{cfg.optim.batch_size} needs one",
+            remedy="prep it again with --shape Z,Y,X (e.g. --shape 64,64,64), or train with "
+            "--batch-size 1",
+        )
 
 
 def build_resnet3d(cfg: RecipeConfig, num_classes: int) -> Any:
