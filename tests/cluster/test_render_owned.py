@@ -90,3 +90,16 @@ def test_identical_content_needs_no_overwrite(tmp_path: Path) -> None:
     write_owned(files, tmp_path, overwrite=True)
     (tmp_path / "sub" / "b.yaml").write_text("k: v\n")
     assert not_owned({**files, "sub/b.yaml": "k: w\n"}, tmp_path) == []  # recorded: ours
+
+
+def test_a_quoted_tilde_is_the_home_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``render spark -o '~/conf'`` (quoted: the shell leaves ``~``) made a folder named ``~``
+    in the working directory; it writes into the home folder, as unquoted."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert main(["render", "spark", "--spec", str(EXAMPLE_FILE), "-o", "~/conf"]) == 0
+    assert (home / "conf" / "spark-defaults.conf").is_file()
+    assert list(work.iterdir()) == []

@@ -311,7 +311,9 @@ def write_owned(
 ) -> list[Path]:
     """:func:`write_rendered_tree` for ``gpuspark render -o``: refuses, before writing
     anything, to replace a file it did not write (:func:`not_owned`) unless ``overwrite``;
-    then records what it wrote in :data:`RENDER_MARKER`."""
+    then records what it wrote in :data:`RENDER_MARKER`. A leading ``~`` is the home folder,
+    as a shell would have made it (``-o '~/conf'`` made a folder named ``~``)."""
+    out_dir = os.path.expanduser(os.fspath(out_dir))
     theirs = not_owned(files, out_dir)
     if theirs and not overwrite:
         many = len(theirs) > 1
