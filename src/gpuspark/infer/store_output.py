@@ -56,7 +56,17 @@ def check_remote(root: RemotePath, overwrite: bool, marker: str) -> None:
     """Refuse now (one line) a destination URL that cannot be written, or that holds files
     other than an earlier ``predict``'s (those only with ``overwrite``)."""
     storage.check_writable(str(root), "destination")
-    present = [f for f in storage.files_below(root) if not f.startswith(_STAGING)]
+    _check_present(root, _present(root), overwrite, marker)
+
+
+def _present(root: RemotePath) -> list[str]:
+    """The objects below ``root``, staging prefixes left out."""
+    return [f for f in storage.files_below(root) if not f.startswith(_STAGING)]
+
+
+def _check_present(root: RemotePath, present: list[str], overwrite: bool, marker: str) -> None:
+    """Refuse ``root`` holding ``present`` unless empty, or (``overwrite``) wholly an earlier
+    ``predict``'s output."""
     if not present:
         return
     if not overwrite:
@@ -103,9 +113,8 @@ def commit_remote(staging: RemotePath, root: RemotePath, overwrite: bool, marker
     """Copy the staged files into ``root``, ``marker`` last; then drop the earlier run's
     files the new marker does not list. ``root`` is checked again first (objects may have
     appeared while the new predictions were written)."""
-    present = [f for f in storage.files_below(root) if not f.startswith(_STAGING)]
-    if present:
-        check_remote(root, overwrite, marker)
+    present = _present(root)
+    _check_present(root, present, overwrite, marker)
     fs, _ = storage.fresh_filesystem(str(root))
     new = storage.files_below(staging)
     for rel in [f for f in new if f != marker] + [marker]:
@@ -142,9 +151,10 @@ def write_remote_parquet(df: Any, folder: RemotePath) -> None:
 
     schema = to_arrow_schema(df.schema)
     attempts = folder / _ATTEMPTS
-    rows = df.mapInArrow(_task_writer(str(attempts), schema), _RESULT_DDL).collect()
+    task = storage.with_credentials(_task_writer(str(attempts), schema), str(attempts))
+    rows = df.mapInArrow(task, _RESULT_DDL).collect()
     fs, _ = storage.fresh_filesystem(str(folder))
-    token = folder.name.removeprefix(_STAGING) or secrets.token_hex(6)
+    token = secrets.token_hex(6)
     kept = sorted(rows, key=lambda r: r["partition"])
     for r in kept:
         name = f"part-{r['partition']:05d}-{token}.parquet"
@@ -157,7 +167,6 @@ def write_remote_parquet(df: Any, folder: RemotePath) -> None:
 def _task_writer(attempts: str, schema: Any) -> Any:
     """The ``mapInArrow`` function: the partition's batches to one Parquet file of this
     attempt, uploaded below ``attempts``; yields ``(partition, attempt, file, rows)``."""
-    creds = storage.credential_env()
 
     def write(batches: Iterable[Any]) -> Iterator[Any]:
         import tempfile
@@ -166,7 +175,6 @@ def _task_writer(attempts: str, schema: Any) -> Any:
         import pyarrow.parquet as pq
         from pyspark import TaskContext
 
-        os.environ.update(creds)
         ctx = TaskContext.get()
         assert ctx is not None  # always set inside a task
         pid, attempt = ctx.partitionId(), ctx.taskAttemptId()
